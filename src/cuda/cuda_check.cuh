@@ -1,0 +1,24 @@
+// cuda_check.cuh -- error checks for the CUDA backend: every CUDA call and launch goes through
+// BL_CUDA_CHECK, which records the failing statement and CUDA's message as the library's last
+// error and returns BL_ERR_CUDA from the enclosing function (library code never exits).
+#pragma once
+#include <cuda_runtime.h>
+#include "backend.h"
+
+#define BL_CUDA_CHECK(call)                                                                   \
+    do {                                                                                      \
+        cudaError_t bl_err_ = (call);                                                         \
+        if (bl_err_ != cudaSuccess)                                                           \
+            return bl_set_error(BL_ERR_CUDA, "%s failed at %s:%d: %s", #call, __FILE__,       \
+                                __LINE__, cudaGetErrorString(bl_err_));                       \
+    } while (0)
+
+// After a <<<...>>> launch: catches bad launch configurations right away.
+#define BL_CUDA_CHECK_LAUNCH(name) BL_CUDA_CHECK(cudaPeekAtLastError())
+
+// Propagates a bl_status from a helper.
+#define BL_TRY(expr)                                                                          \
+    do {                                                                                      \
+        bl_status bl_st_ = (expr);                                                            \
+        if (bl_st_ != BL_OK) return bl_st_;                                                   \
+    } while (0)
