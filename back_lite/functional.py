@@ -1,0 +1,184 @@
+"""Functional API of BackLite.
+
+`attention` is differentiable (autograd through the custom op back_lite::attention). The
+low-level `forward`, `backward` and `select` record no autograd; they exist for code that runs its
+own backward, such as ring / context-parallel attention: the forward can write into caller-owned
+`out`, `lse` and `tile_stats`, and the backward takes a global `out` / `lse` and writes into
+caller-owned `dq`, `dk`, `dv`.
+
+Shapes (FlashAttention layout): q (B, Sq, Hq, D), k and v (B, Sk, Hk, D), last dim contiguous
+(other strides are passed to the library as they are; nothing is copied); lse (B, Hq, Sq) fp32;
+tile mass W and block masks (B, Hq, Tm, Tn) with (Tm, Tn) = (ceil(Sq/TM), ceil(Sk/TN)).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _checks, _lib, _verbose, ops
+
+
+def tile_shape(device: torch.device | str = "cpu") -> tuple[int, int]:
+    """(TM, TN): query rows per row tile and keys per key tile of the backend for `device`."""
+    return _lib.tile_shape(ops.backend_of(torch.device(device)))
+
+
+def num_tiles(seqlen_q: int, seqlen_k: int, device: torch.device | str = "cpu") -> tuple[int, int]:
+    """(Tm, Tn) = (ceil(Sq/TM), ceil(Sk/TN)) for the backend of `device`."""
+    return ops.num_tiles(torch.device(device), seqlen_q, seqlen_k)
+
+
+def backend_available(device: torch.device | str) -> bool:
+    """True if the library has a usable backend for tensors on `device` (CUDA: compiled in and a
+    compute capability 9.0 device visible)."""
+    return _lib.backend_available(ops.backend_of(torch.device(device)))
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, negl_prob: float = 0.0,
+              scale: Optional[float] = None, causal: bool = False,
+              tile_stats: Optional[torch.Tensor] = None):
+    """Differentiable attention with a block-sparse backward. Returns (out, lse, W).
+
+    out: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32 (no gradient flows through it); W: the tile mass
+    (B, Hq, Tm, Tn) fp32 when negl_prob > 0 or tile_stats is given, else an empty (B, Hq, 0, 0)
+    tensor. With tile_stats (a (B, Hq, Tm, Tn) fp32 buffer) the tile mass is also copied into it.
+    """
+    _checks.qkv(q, k, v)
+    scale = _checks.scale(scale, q.shape[-1])
+    causal = _checks.causal(causal)
+    negl_prob = _checks.negl_prob(negl_prob)
+    if tile_stats is not None:
+        _checks.tile_buffer("tile_stats", tile_stats, q, k)
+    with_stats = negl_prob > 0.0 or tile_stats is not None
+    out, lse, tile_mass = torch.ops.back_lite.attention(q, k, v, scale, causal, negl_prob,
+                                                        with_stats)
+    if tile_stats is not None:
+        # The autograd op must be functional (it cannot write into an input), so the caller's
+        # buffer receives a copy of W; for a forward straight into a buffer use forward().
+        tile_stats.copy_(tile_mass)
+    _verbose.after_attention(q, k, causal, negl_prob, tile_mass)
+    return out, lse, tile_mass
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float] = None,
+            causal: bool = False, with_stats: bool = False,
+            tile_stats: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
+            lse: Optional[torch.Tensor] = None):
+    """Exact forward, no autograd. Returns (out, lse, W).
+
+    Buffers that are given are written in place and returned: out (B, Sq, Hq, D) like q, lse
+    (B, Hq, Sq) fp32 contiguous, tile_stats (B, Hq, Tm, Tn) fp32 contiguous (giving it implies
+    with_stats). W is an empty (B, Hq, 0, 0) tensor when no statistics are recorded.
+    """
+    _checks.qkv(q, k, v)
+    scale = _checks.scale(scale, q.shape[-1])
+    causal = _checks.causal(causal)
+    if out is not None:
+        _checks.like("out", out, q, "q")
+    if lse is not None:
+        _checks.lse(lse, q)
+    if tile_stats is not None:
+        _checks.tile_buffer("tile_stats", tile_stats, q, k)
+    with_stats = bool(with_stats) or tile_stats is not None
+    if out is None and lse is None and tile_stats is None:
+        return torch.ops.back_lite.forward(q, k, v, scale, causal, with_stats)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if lse is None:
+        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32,
+                          device=q.device)
+    if tile_stats is None:
+        tile_stats = ops._empty_tile_mass(q, k, with_stats)
+    torch.ops.back_lite.forward_out(q, k, v, scale, causal, out, lse,
+                                    tile_stats if with_stats else None)
+    return out, lse, tile_stats
+
+
+def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             out: torch.Tensor, lse: torch.Tensor, tile_mass: Optional[torch.Tensor] = None,
+             negl_prob: float = 0.0, mask: Optional[torch.Tensor] = None,
+             scale: Optional[float] = None, causal: bool = False,
+             dq: Optional[torch.Tensor] = None, dk: Optional[torch.Tensor] = None,
+             dv: Optional[torch.Tensor] = None):
+    """Backward, no autograd. Returns (dq, dk, dv); the ones given are overwritten and returned.
+
+    The tiles computed are, exactly one of: an explicit `mask` ((B, Hq, Tm, Tn) torch.bool,
+    True = compute); the selection from `tile_mass` W with negl_prob > 0; everything (dense,
+    negl_prob == 0, tile_mass ignored). `out` and `lse` may be global ones (ring attention):
+    Dlt = rowsum(dout * out) uses `out` as given.
+    """
+    _checks.qkv(q, k, v)
+    scale = _checks.scale(scale, q.shape[-1])
+    causal = _checks.causal(causal)
+    negl_prob = _checks.negl_prob(negl_prob)
+    _checks.like("dout", dout, q, "q")
+    _checks.like("out", out, q, "q")
+    _checks.lse(lse, q)
+    if mask is not None:
+        if negl_prob > 0.0:
+            raise ValueError(f"BackLite: give either mask or negl_prob > 0, not both "
+                             f"(negl_prob={negl_prob} with a mask)")
+        _checks.mask(mask, q, k)
+    elif negl_prob > 0.0:
+        if tile_mass is None:
+            raise ValueError(f"BackLite: tile_mass is None but negl_prob={negl_prob} > 0 needs "
+                             "the forward's tile mass (run the forward with with_stats=True)")
+        _checks.tile_buffer("tile_mass", tile_mass, q, k)
+    for name, t, ref, ref_name in (("dq", dq, q, "q"), ("dk", dk, k, "k"), ("dv", dv, v, "v")):
+        if t is not None:
+            _checks.like(name, t, ref, ref_name)
+    if negl_prob == 0.0:
+        tile_mass = None
+    if dq is None and dk is None and dv is None:
+        return torch.ops.back_lite.backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask,
+                                            scale, causal)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device) if dq is None else dq
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if dk is None else dk
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device) if dv is None else dv
+    torch.ops.back_lite.backward_out(dout, q, k, v, out, lse, tile_mass, negl_prob, mask,
+                                     scale, causal, dq, dk, dv)
+    return dq, dk, dv
+
+
+def select(tile_mass: torch.Tensor, negl_prob: float) -> torch.Tensor:
+    """The tiles the sparse backward computes: W (B, Hq, Tm, Tn) fp32 -> torch.bool mask
+    (True = kept). Per row tile, the lightest tiles carrying < negl_prob of its mass are dropped."""
+    _checks.tensor("tile_mass", tile_mass)
+    if tile_mass.dim() != 4 or tile_mass.numel() == 0:
+        raise ValueError(f"BackLite: tile_mass must be a non-empty 4-D (B, Hq, Tm, Tn) tensor, "
+                         f"got shape {tuple(tile_mass.shape)}")
+    if tile_mass.dtype != torch.float32:
+        raise ValueError(f"BackLite: tile_mass has dtype {tile_mass.dtype}, expected "
+                         "torch.float32")
+    if not tile_mass.is_contiguous():
+        raise ValueError(f"BackLite: tile_mass must be contiguous, got strides "
+                         f"{tile_mass.stride()}")
+    ops.backend_of(tile_mass.device)
+    negl_prob = _checks.negl_prob(negl_prob)
+    return torch.ops.back_lite.select_tiles(tile_mass, negl_prob)
+
+
+def computable_tiles(seqlen_q: int, seqlen_k: int, causal: bool,
+                     device: torch.device | str = "cpu") -> torch.Tensor:
+    """(Tm, Tn) torch.bool: the tiles that hold at least one allowed (query, key) pair. Only
+    causal attention has others (above the bottom-right aligned diagonal); the backward never
+    computes those, so sparsity figures count only computable tiles."""
+    device = torch.device(device)
+    tile_m, tile_n = tile_shape(device)
+    tm, tn = num_tiles(seqlen_q, seqlen_k, device)
+    if not causal:
+        return torch.ones((tm, tn), dtype=torch.bool, device=device)
+    last_row = torch.clamp((torch.arange(tm, device=device) + 1) * tile_m, max=seqlen_q) - 1
+    first_key = torch.arange(tn, device=device) * tile_n
+    # query i sees keys j <= i + Sk - Sq: the tile is computable if its first key is visible to
+    # its last row
+    return first_key[None, :] <= (last_row + seqlen_k - seqlen_q)[:, None]
+
+
+def backward_sparsity(mask: torch.Tensor, seqlen_q: int, seqlen_k: int, causal: bool) -> float:
+    """Fraction of the computable tiles that `mask` ((B, Hq, Tm, Tn) bool) skips."""
+    computable = computable_tiles(seqlen_q, seqlen_k, causal, mask.device)
+    total = int(computable.sum()) * mask.shape[0] * mask.shape[1]
+    kept = int((mask & computable).sum())
+    return 1.0 - kept / total if total else 0.0

@@ -1,0 +1,291 @@
+"""torch.library custom ops (namespace `back_lite`) that call the C library.
+
+Every op here only allocates outputs and passes pointers, strides and the CUDA stream to
+libbacklite; all attention math lives in C. Argument checks with readable messages are done
+before these ops are called (back_lite/_checks.py, used by back_lite/functional.py); the C
+library checks everything again and its errors surface through back_lite._lib.check.
+
+Ops
+  back_lite::attention(q, k, v, scale, causal, negl_prob, with_stats) -> (out, lse, W)
+      differentiable (torch.library.register_autograd); the backward is block-sparse when
+      negl_prob > 0 and dense when negl_prob == 0.
+  back_lite::forward(q, k, v, scale, causal, with_stats) -> (out, lse, W)
+  back_lite::forward_out(q, k, v, scale, causal, out!, lse!, tile_stats!?) -> ()
+  back_lite::backward(dout, q, k, v, out, lse, tile_mass?, negl_prob, mask?, scale, causal)
+      -> (dq, dk, dv)
+  back_lite::backward_out(..., dq!, dk!, dv!) -> ()
+  back_lite::select_tiles(W, negl_prob) -> mask (torch.bool)
+
+W without statistics: when no tile mass is recorded (with_stats False) the W output is an empty
+fp32 tensor of shape (B, Hq, 0, 0): same rank and leading dims as a real W, no elements, so code
+can test `W.numel() == 0` and fake tensors need no data-dependent shape.
+"""
+import contextlib
+import ctypes
+from typing import Optional
+
+import torch
+
+from . import _lib
+from ._lib import BlAttnDesc, BlTensor
+
+# torch dtype -> bl_dtype
+_BL_DTYPE = {
+    torch.float32: _lib.BL_DTYPE_F32,
+    torch.float16: _lib.BL_DTYPE_F16,
+    torch.bfloat16: _lib.BL_DTYPE_BF16,
+}
+
+# Selection runs on W alone, but bl_select_tiles takes a full problem description; these values
+# stand in for the parts of it that selection does not use (any supported head dim / dtype will do).
+_SELECT_HEAD_DIM = 64
+_SELECT_DTYPE = _lib.BL_DTYPE_BF16
+
+
+def backend_of(device: torch.device) -> int:
+    """bl_backend for a torch device: CPU tensors run on the CPU backend, CUDA tensors on CUDA."""
+    if device.type == "cpu":
+        return _lib.BL_BACKEND_CPU
+    if device.type == "cuda":
+        return _lib.BL_BACKEND_CUDA
+    raise ValueError(f"BackLite: tensors on device {device} are not supported (cpu or cuda only)")
+
+
+def num_tiles(device: torch.device, seqlen_q, seqlen_k):
+    """(Tm, Tn) = (ceil(Sq/TM), ceil(Sk/TN)) with the backend's tile shape; works on SymInts."""
+    tile_m, tile_n = _lib.tile_shape(backend_of(device))
+    return (seqlen_q + tile_m - 1) // tile_m, (seqlen_k + tile_n - 1) // tile_n
+
+
+def _view(t: torch.Tensor) -> BlTensor:
+    # t: (B, S, H, D) with stride(-1) == 1 (checked before); strides in elements.
+    return BlTensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+
+
+def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
+    return None if t is None else t.data_ptr()
+
+
+def _desc(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> BlAttnDesc:
+    # q: (B, Sq, Hq, D), k: (B, Sk, Hk, D)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    _, seqlen_k, heads_k, _ = k.shape
+    return BlAttnDesc(
+        backend=backend_of(q.device), dtype=_BL_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q,
+        seqlen_k=seqlen_k, heads_q=heads_q, heads_k=heads_k, head_dim=head_dim,
+        scale=float(scale), causal=int(bool(causal)), stream=None, workspace=None,
+        workspace_bytes=0)
+
+
+@contextlib.contextmanager
+def _on_device(desc: BlAttnDesc, device: torch.device, op: int, with_stats: bool):
+    """For CUDA: makes `device` current, puts its current stream and a workspace of
+    bl_workspace_size bytes into `desc`, and keeps the workspace alive for the call. The caching
+    allocator orders the workspace's reuse on the same stream, so freeing it after an
+    asynchronous launch is safe."""
+    if device.type != "cuda":
+        yield
+        return
+    with torch.cuda.device(device):
+        desc.stream = torch.cuda.current_stream(device).cuda_stream
+        nbytes = _lib.workspace_size(desc, op, with_stats)
+        workspace = None
+        if nbytes > 0:
+            workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            desc.workspace = workspace.data_ptr()
+            desc.workspace_bytes = nbytes
+        yield
+        del workspace
+
+
+def _launch_forward(q, k, v, scale, causal, out, lse, tile_mass) -> None:
+    desc = _desc(q, k, scale, causal)
+    with _on_device(desc, q.device, _lib.BL_OP_FORWARD, tile_mass is not None):
+        status = _lib.lib.bl_forward(ctypes.byref(desc), _view(q), _view(k), _view(v), _view(out),
+                                     _ptr(lse), _ptr(tile_mass))
+        _lib.check(status, "bl_forward")
+
+
+def _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                     dq, dk, dv) -> None:
+    desc = _desc(q, k, scale, causal)
+    uses_stats = mask is None and negl_prob > 0.0
+    if not uses_stats:
+        tile_mass = None  # dense or explicit mask: the tile mass is not read
+    with _on_device(desc, q.device, _lib.BL_OP_BACKWARD, uses_stats):
+        status = _lib.lib.bl_backward(
+            ctypes.byref(desc), _view(q), _view(k), _view(v), _view(out), _view(dout), _ptr(lse),
+            _ptr(tile_mass), ctypes.c_float(negl_prob), _ptr(mask),  # torch.bool is 1 byte
+            _view(dq), _view(dk), _view(dv))
+        _lib.check(status, "bl_backward")
+
+
+def _empty_outputs(q: torch.Tensor):
+    # out: (B, Sq, Hq, D) like q, contiguous; lse: (B, Hq, Sq) fp32
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def _empty_tile_mass(q: torch.Tensor, k: torch.Tensor, with_stats: bool) -> torch.Tensor:
+    # W: (B, Hq, Tm, Tn) fp32, or (B, Hq, 0, 0) when no statistics are recorded
+    batch, seqlen_q, heads_q, _ = q.shape
+    if with_stats:
+        tm, tn = num_tiles(q.device, seqlen_q, k.shape[1])
+    else:
+        tm, tn = 0, 0
+    return torch.empty((batch, heads_q, tm, tn), dtype=torch.float32, device=q.device)
+
+
+# ---------------------------------------------------------------------------- forward
+
+@torch.library.custom_op("back_lite::forward", mutates_args=())
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool,
+            with_stats: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q: (B, Sq, Hq, D), k, v: (B, Sk, Hk, D) -> out (B, Sq, Hq, D), lse (B, Hq, Sq) fp32,
+    W (B, Hq, Tm, Tn) fp32 (or (B, Hq, 0, 0) when with_stats is False). Not differentiable."""
+    out, lse = _empty_outputs(q)
+    tile_mass = _empty_tile_mass(q, k, with_stats)
+    _launch_forward(q, k, v, scale, causal, out, lse, tile_mass if with_stats else None)
+    return out, lse, tile_mass
+
+
+@forward.register_fake
+def _forward_fake(q, k, v, scale, causal, with_stats):
+    out, lse = _empty_outputs(q)
+    return out, lse, _empty_tile_mass(q, k, with_stats)
+
+
+@torch.library.custom_op("back_lite::forward_out", mutates_args=("out", "lse", "tile_stats"))
+def forward_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool,
+                out: torch.Tensor, lse: torch.Tensor, tile_stats: Optional[torch.Tensor]) -> None:
+    """Forward into caller-owned out (B, Sq, Hq, D), lse (B, Hq, Sq) and, if given,
+    tile_stats (B, Hq, Tm, Tn)."""
+    _launch_forward(q, k, v, scale, causal, out, lse, tile_stats)
+
+
+@forward_out.register_fake
+def _forward_out_fake(q, k, v, scale, causal, out, lse, tile_stats):
+    return None
+
+
+# ---------------------------------------------------------------------------- backward
+
+@torch.library.custom_op("back_lite::backward", mutates_args=())
+def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             out: torch.Tensor, lse: torch.Tensor, tile_mass: Optional[torch.Tensor],
+             negl_prob: float, mask: Optional[torch.Tensor], scale: float,
+             causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-> dq (B, Sq, Hq, D), dk, dv (B, Sk, Hk, D). Tiles: the explicit bool mask if given, else
+    selection from tile_mass with negl_prob > 0, else dense."""
+    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), \
+        torch.empty_like(k, memory_format=torch.contiguous_format), \
+        torch.empty_like(v, memory_format=torch.contiguous_format)
+    _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                     dq, dk, dv)
+    return dq, dk, dv
+
+
+@backward.register_fake
+def _backward_fake(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty_like(k, memory_format=torch.contiguous_format),
+            torch.empty_like(v, memory_format=torch.contiguous_format))
+
+
+@torch.library.custom_op("back_lite::backward_out", mutates_args=("dq", "dk", "dv"))
+def backward_out(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 out: torch.Tensor, lse: torch.Tensor, tile_mass: Optional[torch.Tensor],
+                 negl_prob: float, mask: Optional[torch.Tensor], scale: float, causal: bool,
+                 dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
+    """As back_lite::backward, into caller-owned dq, dk, dv (overwritten)."""
+    _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                     dq, dk, dv)
+
+
+@backward_out.register_fake
+def _backward_out_fake(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                       dq, dk, dv):
+    return None
+
+
+# ---------------------------------------------------------------------------- selection
+
+def _select_desc(tile_mass: torch.Tensor) -> BlAttnDesc:
+    # tile_mass: (B, Hq, Tm, Tn); sequence lengths of exactly Tm*TM and Tn*TN give the same tiling
+    batch, heads, tm, tn = tile_mass.shape
+    tile_m, tile_n = _lib.tile_shape(backend_of(tile_mass.device))
+    return BlAttnDesc(
+        backend=backend_of(tile_mass.device), dtype=_SELECT_DTYPE, batch=batch,
+        seqlen_q=tm * tile_m, seqlen_k=tn * tile_n, heads_q=heads, heads_k=heads,
+        head_dim=_SELECT_HEAD_DIM, scale=1.0, causal=0, stream=None, workspace=None,
+        workspace_bytes=0)
+
+
+@torch.library.custom_op("back_lite::select_tiles", mutates_args=())
+def select_tiles(tile_mass: torch.Tensor, negl_prob: float) -> torch.Tensor:
+    """tile_mass: (B, Hq, Tm, Tn) fp32 contiguous -> mask (B, Hq, Tm, Tn) torch.bool (True = kept)."""
+    mask = torch.empty(tile_mass.shape, dtype=torch.bool, device=tile_mass.device)
+    desc = _select_desc(tile_mass)
+    if tile_mass.device.type == "cuda":
+        with torch.cuda.device(tile_mass.device):
+            desc.stream = torch.cuda.current_stream(tile_mass.device).cuda_stream
+            status = _lib.lib.bl_select_tiles(ctypes.byref(desc), tile_mass.data_ptr(),
+                                              ctypes.c_float(negl_prob), mask.data_ptr())
+    else:
+        status = _lib.lib.bl_select_tiles(ctypes.byref(desc), tile_mass.data_ptr(),
+                                          ctypes.c_float(negl_prob), mask.data_ptr())
+    _lib.check(status, "bl_select_tiles")
+    return mask
+
+
+@select_tiles.register_fake
+def _select_tiles_fake(tile_mass, negl_prob):
+    return torch.empty(tile_mass.shape, dtype=torch.bool, device=tile_mass.device)
+
+
+# ---------------------------------------------------------------------------- autograd
+
+@torch.library.custom_op("back_lite::attention", mutates_args=())
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool,
+              negl_prob: float,
+              with_stats: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Differentiable attention: (out, lse, W). W is recorded when with_stats is True (it must
+    be when negl_prob > 0); lse and W carry no gradient."""
+    out, lse = _empty_outputs(q)
+    tile_mass = _empty_tile_mass(q, k, with_stats)
+    _launch_forward(q, k, v, scale, causal, out, lse, tile_mass if with_stats else None)
+    return out, lse, tile_mass
+
+
+@attention.register_fake
+def _attention_fake(q, k, v, scale, causal, negl_prob, with_stats):
+    out, lse = _empty_outputs(q)
+    return out, lse, _empty_tile_mass(q, k, with_stats)
+
+
+def _attention_setup_context(ctx, inputs, output):
+    q, k, v, scale, causal, negl_prob, with_stats = inputs
+    out, lse, tile_mass = output
+    ctx.save_for_backward(q, k, v, out, lse, tile_mass)
+    ctx.scale = scale
+    ctx.causal = causal
+    ctx.negl_prob = negl_prob
+    ctx.mark_non_differentiable(lse, tile_mass)
+
+
+def _attention_backward(ctx, dout, _dlse, _dtile_mass):
+    q, k, v, out, lse, tile_mass = ctx.saved_tensors
+    if dout.stride(-1) != 1:
+        # The C API needs the head dim contiguous; autograd can hand over any layout
+        # (e.g. an expanded gradient of out.sum()), so such a dout is copied once.
+        dout = dout.contiguous()
+    sparse = ctx.negl_prob > 0.0
+    dq, dk, dv = torch.ops.back_lite.backward(
+        dout, q, k, v, out, lse, tile_mass if sparse else None, ctx.negl_prob, None,
+        ctx.scale, ctx.causal)
+    return dq, dk, dv, None, None, None, None
+
+
+attention.register_autograd(_attention_backward, setup_context=_attention_setup_context)
