@@ -1,0 +1,198 @@
+/* cpu_forward.c -- the CPU forward: out, lse and (optionally) the tile mass W.
+ *
+ * This is the readable reference of the GPU algorithm. One work item is one (batch, query head,
+ * row tile of BL_TILE_M rows); it walks the key tiles of BL_TILE_N keys with an online softmax
+ * (running row max and row sum, rescaled accumulator). With statistics on, every row also keeps
+ * the log of the mass it put in each key tile, relative to nothing yet (max + log(tile sum)),
+ * because its share P = exp(log_mass - lse) is only known once the row's lse is final; after the
+ * last key tile those per-row values are reduced to W[m, n] = sum over the tile's rows.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend.h"
+#include "cpu_tensor.h"
+#include "cpu_tiles.h"
+
+/* Per-thread scratch of one forward work item. */
+typedef struct fwd_scratch {
+    float *q;        /* (TM, D) scaled query rows */
+    float *k_row;    /* (D) one key row on its way into k_t */
+    float *k_t;      /* (D, TN) the key tile, transposed so that S rows vectorize over keys */
+    float *v;        /* (TN, D) the value tile */
+    float *s;        /* (TM, TN) scores, then probabilities relative to the running max */
+    float *acc;      /* (TM, D) unnormalized output rows */
+    float *row_max;  /* (TM) running max of the scores */
+    float *row_sum;  /* (TM) running sum of exp(score - row_max) */
+    int64_t *limit;  /* (TM) number of keys each row may see (a prefix) */
+    double *log_mass;/* (TM, Tn) per-row log of the mass in each key tile, stats only */
+} fwd_scratch;
+
+static void fwd_scratch_free(fwd_scratch *s) {
+    free(s->q); free(s->k_row); free(s->k_t); free(s->v); free(s->s); free(s->acc);
+    free(s->row_max); free(s->row_sum); free(s->limit); free(s->log_mass);
+}
+
+static int fwd_scratch_alloc(fwd_scratch *s, int D, int64_t num_tiles_n, int with_stats) {
+    s->q = malloc(sizeof(float) * BL_TILE_M * D);
+    s->k_row = malloc(sizeof(float) * D);
+    s->k_t = malloc(sizeof(float) * D * BL_TILE_N);
+    s->v = malloc(sizeof(float) * BL_TILE_N * D);
+    s->s = malloc(sizeof(float) * BL_TILE_M * BL_TILE_N);
+    s->acc = malloc(sizeof(float) * BL_TILE_M * D);
+    s->row_max = malloc(sizeof(float) * BL_TILE_M);
+    s->row_sum = malloc(sizeof(float) * BL_TILE_M);
+    s->limit = malloc(sizeof(int64_t) * BL_TILE_M);
+    s->log_mass = with_stats ? malloc(sizeof(double) * BL_TILE_M * (size_t)num_tiles_n) : NULL;
+    return s->q && s->k_row && s->k_t && s->v && s->s && s->acc && s->row_max && s->row_sum && s->limit &&
+           (!with_stats || s->log_mass);
+}
+
+/* Converts keys/values [j0, j1) of kv head hk to float: k transposed into k_t, v as rows. */
+static void load_kv_tile(const bl_attn_desc *d, const bl_tensor *k, const bl_tensor *v,
+                         int64_t b, int64_t hk, int64_t j0, int64_t j1, fwd_scratch *s) {
+    const int D = (int)d->head_dim;
+    for (int64_t j = j0; j < j1; ++j) {
+        const int64_t c = j - j0;
+        bl_load_row(k, d->dtype, b, j, hk, D, s->k_row);
+        for (int e = 0; e < D; ++e) s->k_t[(int64_t)e * BL_TILE_N + c] = s->k_row[e];
+        bl_load_row(v, d->dtype, b, j, hk, D, s->v + c * D);
+    }
+}
+
+/* One key tile [j0, j1) for row r: scores, online-softmax update, accumulation. Returns the
+ * natural log of the mass this row put in the tile, in the same (unnormalized) scale as its lse. */
+static double forward_row_on_tile(fwd_scratch *s, int D, int64_t r, int64_t cols) {
+    const float *q = s->q + r * D;
+    float *srow = s->s + r * BL_TILE_N;
+    float *acc = s->acc + r * D;
+
+    for (int64_t c = 0; c < cols; ++c) srow[c] = 0.0f;
+    for (int e = 0; e < D; ++e) {
+        const float qe = q[e];
+        const float *kt = s->k_t + (int64_t)e * BL_TILE_N;
+        for (int64_t c = 0; c < cols; ++c) srow[c] += qe * kt[c];
+    }
+
+    /* NaN never wins the comparison, so a NaN score does not hide the finite max; it still
+     * reaches the output through exp(NaN) as in dense attention. */
+    float tile_max = -INFINITY;
+    for (int64_t c = 0; c < cols; ++c)
+        if (srow[c] > tile_max) tile_max = srow[c];
+    const float new_max = tile_max > s->row_max[r] ? tile_max : s->row_max[r];
+    /* All scores so far -inf: shift by 0 so that exp(-inf) = 0 rather than exp(-inf + inf). */
+    const float shift = new_max == -INFINITY ? 0.0f : new_max;
+
+    float tile_sum = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+        const float p = expf(srow[c] - shift);
+        srow[c] = p;
+        tile_sum += p;
+    }
+    const float alpha = expf(s->row_max[r] - shift); /* rescales what was summed so far */
+    s->row_sum[r] = s->row_sum[r] * alpha + tile_sum;
+    s->row_max[r] = new_max;
+    for (int e = 0; e < D; ++e) acc[e] *= alpha;
+    for (int64_t c = 0; c < cols; ++c) {
+        const float p = srow[c];
+        const float *vrow = s->v + c * D;
+        for (int e = 0; e < D; ++e) acc[e] += p * vrow[e];
+    }
+    return (double)shift + log((double)tile_sum);
+}
+
+static void forward_row_tile(const bl_attn_desc *d, const bl_tensor *q, const bl_tensor *k,
+                             const bl_tensor *v, const bl_tensor *out, float *lse,
+                             float *tile_mass, int64_t b, int64_t h, int64_t m,
+                             fwd_scratch *s) {
+    const int D = (int)d->head_dim;
+    const int64_t Sq = d->seqlen_q, Sk = d->seqlen_k, Hq = d->heads_q;
+    const int64_t hk = h / (Hq / d->heads_k);
+    const int64_t num_tiles_n = bl_ceil_div(Sk, BL_TILE_N);
+    const int64_t tiles_visited = bl_key_tiles_visited(d->causal, m, Sq, Sk);
+    int64_t i0, i1;
+    bl_row_tile_range(m, Sq, &i0, &i1);
+    const int64_t rows = i1 - i0;
+
+    for (int64_t r = 0; r < rows; ++r) {
+        bl_load_row(q, d->dtype, b, i0 + r, h, D, s->q + r * D);
+        for (int e = 0; e < D; ++e) s->q[r * D + e] *= d->scale;
+        for (int e = 0; e < D; ++e) s->acc[r * D + e] = 0.0f;
+        s->limit[r] = bl_key_limit(d->causal, i0 + r, Sq, Sk);
+        s->row_max[r] = -INFINITY;
+        s->row_sum[r] = 0.0f;
+    }
+
+    for (int64_t n = 0; n < tiles_visited; ++n) {
+        int64_t j0, j1;
+        bl_key_tile_range(n, Sk, &j0, &j1);
+        load_kv_tile(d, k, v, b, hk, j0, j1, s);
+        for (int64_t r = 0; r < rows; ++r) {
+            int64_t cols = s->limit[r] - j0; /* the row's allowed keys in this tile */
+            if (cols > j1 - j0) cols = j1 - j0;
+            double lm = -INFINITY;
+            if (cols > 0) lm = forward_row_on_tile(s, D, r, cols);
+            if (s->log_mass) s->log_mass[r * num_tiles_n + n] = lm;
+        }
+    }
+
+    float *lse_rows = lse + (b * Hq + h) * Sq;
+    for (int64_t r = 0; r < rows; ++r) {
+        if (s->limit[r] == 0) { /* no allowed key: out = 0, lse = -inf, no mass */
+            bl_zero_row(out, d->dtype, b, i0 + r, h, D);
+            lse_rows[i0 + r] = -INFINITY;
+            continue;
+        }
+        const double row_lse = (double)s->row_max[r] + log((double)s->row_sum[r]);
+        lse_rows[i0 + r] = (float)row_lse;
+        bl_store_row(out, d->dtype, b, i0 + r, h, D, s->acc + r * D, 1.0f / s->row_sum[r]);
+        if (s->log_mass) /* from now on row r's log_mass holds its probability per tile */
+            for (int64_t n = 0; n < tiles_visited; ++n)
+                s->log_mass[r * num_tiles_n + n] = exp(s->log_mass[r * num_tiles_n + n] - row_lse);
+    }
+
+    if (tile_mass) {
+        float *w = tile_mass + ((b * Hq + h) * bl_ceil_div(Sq, BL_TILE_M) + m) * num_tiles_n;
+        for (int64_t n = 0; n < num_tiles_n; ++n) {
+            double mass = 0.0;
+            if (n < tiles_visited)
+                for (int64_t r = 0; r < rows; ++r)
+                    if (s->limit[r] > 0) mass += s->log_mass[r * num_tiles_n + n];
+            w[n] = (float)mass;
+        }
+    }
+}
+
+bl_status bl_cpu_forward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_tensor v,
+                         bl_tensor out, float *lse, float *tile_mass) {
+    const int64_t num_tiles_m = bl_ceil_div(d->seqlen_q, BL_TILE_M);
+    const int64_t num_tiles_n = bl_ceil_div(d->seqlen_k, BL_TILE_N);
+    const int64_t items = d->batch * d->heads_q * num_tiles_m;
+    int out_of_memory = 0;
+
+#pragma omp parallel
+    {
+        fwd_scratch s;
+        int ok = fwd_scratch_alloc(&s, (int)d->head_dim, num_tiles_n, tile_mass != NULL);
+        if (!ok) {
+#pragma omp atomic write
+            out_of_memory = 1;
+        }
+        /* Causal row tiles differ in cost: hand them out dynamically. */
+#pragma omp for schedule(dynamic)
+        for (int64_t item = 0; item < items; ++item) {
+            if (!ok) continue;
+            const int64_t m = item % num_tiles_m;
+            const int64_t h = (item / num_tiles_m) % d->heads_q;
+            const int64_t b = item / (num_tiles_m * d->heads_q);
+            forward_row_tile(d, &q, &k, &v, &out, lse, tile_mass, b, h, m, &s);
+        }
+        fwd_scratch_free(&s);
+    }
+    if (out_of_memory)
+        return bl_set_error(BL_ERR_OUT_OF_MEMORY,
+                            "bl_forward (CPU): cannot allocate the per-thread scratch "
+                            "(head_dim=%lld, %lld key tiles)",
+                            (long long)d->head_dim, (long long)num_tiles_n);
+    return BL_OK;
+}
