@@ -1,0 +1,58 @@
+// bwd_common.cuh -- what the backward's three translation units share: the problem's tile
+// counts, the workspace layout, and the host launchers each file provides to the others.
+//
+// The backward runs as: [selection: W -> mask] -> preprocess (Dlt, log2-scaled lse, zero the
+// fp32 dq accumulator) -> per-key-tile lists of kept (q head, row tile) pairs -> schedule
+// (heaviest key tiles first) -> main kernel (dK, dV per key tile; dq by fp32 atomics) ->
+// postprocess (dq accumulator -> dtype, times scale).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include "backend.h"
+
+// Tile shape of the backward (DESIGN §1): BL_TILE_M query rows x BL_TILE_N keys.
+#define BL_BWD_TM BL_TILE_M
+#define BL_BWD_TN BL_TILE_N
+
+// Problem sizes the kernels need, derived once from bl_attn_desc.
+struct bl_bwd_dims {
+    int64_t batch, seqlen_q, seqlen_k, heads_q, heads_k, head_dim;
+    int64_t group;       // Hq / Hk: query heads sharing one kv head
+    int64_t tiles_m;     // Tm = ceil(Sq / TM)
+    int64_t tiles_n;     // Tn = ceil(Sk / TN)
+    int64_t seqlen_q_pad; // Tm * TM: per-row arrays are padded so tiles load without bounds checks
+};
+
+// Carved out of bl_attn_desc.workspace, each piece 256-byte aligned.
+struct bl_bwd_workspace {
+    float *dq_accum;  // (B, Sq, Hq, D) fp32, unscaled sum of dS k
+    float *dlt;       // (B, Hq, Sq_pad): rowsum(dO * out); 0 on pad rows
+    float *lse_log2;  // (B, Hq, Sq_pad): lse * log2(e); +inf where the row has no gradient
+    uint8_t *mask;    // (B, Hq, Tm, Tn): the selection's mask when selecting from W
+    int *counts;      // (B, Hk, Tn): kept (q head, row tile) pairs per key tile
+    int *lists;       // (B, Hk, Tn, G*Tm): those pairs, encoded hl * Tm + m, in that order
+    int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first
+};
+
+bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
+
+// Lays the workspace out from `base` (NULL: sizes only); returns the bytes it needs.
+size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspace *ws);
+
+// select_sm90.cu: the selection kernel, W (B,Hq,Tm,Tn) -> mask (B,Hq,Tm,Tn), on `stream`.
+bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
+                           uint8_t *mask, cudaStream_t stream);
+// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule. Tiles with no
+// allowed key under `causal` are left out whatever the mask says.
+bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask,
+                              const bl_bwd_workspace *ws, cudaStream_t stream);
+
+// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum.
+bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
+                                   bl_tensor dout, const float *lse,
+                                   const bl_bwd_workspace *ws, cudaStream_t stream);
+// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype.
+bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
+                                    bl_tensor dq, const bl_bwd_workspace *ws,
+                                    cudaStream_t stream);

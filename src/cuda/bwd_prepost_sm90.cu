@@ -1,0 +1,214 @@
+// bwd_prepost_sm90.cu -- the backward's memory-bound stages around the main kernel:
+// preprocess (Dlt = rowsum(dO * out), lse in base 2, zero the fp32 dq accumulator) and
+// postprocess (dq = scale * accumulator, in the input dtype). Also the workspace layout and
+// bl_cuda_bwd_workspace_size.
+#include <math.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include "backend.h"
+#include "cuda_check.cuh"
+#include "bwd_common.cuh"
+#include "bwd_workspace.h"
+
+// Every workspace piece starts on this boundary (16-byte vector and cp.async alignment, with room).
+#define BWD_WS_ALIGN 256
+#define BL_LOG2E 1.4426950408889634f
+
+bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d) {
+    bl_bwd_dims dm;
+    dm.batch = d->batch;
+    dm.seqlen_q = d->seqlen_q;
+    dm.seqlen_k = d->seqlen_k;
+    dm.heads_q = d->heads_q;
+    dm.heads_k = d->heads_k;
+    dm.head_dim = d->head_dim;
+    dm.group = d->heads_k > 0 ? d->heads_q / d->heads_k : 1;
+    dm.tiles_m = (d->seqlen_q + BL_BWD_TM - 1) / BL_BWD_TM;
+    dm.tiles_n = (d->seqlen_k + BL_BWD_TN - 1) / BL_BWD_TN;
+    dm.seqlen_q_pad = dm.tiles_m * BL_BWD_TM;
+    return dm;
+}
+
+static size_t ws_take(size_t *offset, size_t bytes) {
+    size_t at = (*offset + BWD_WS_ALIGN - 1) / BWD_WS_ALIGN * BWD_WS_ALIGN;
+    *offset = at + bytes;
+    return at;
+}
+
+size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspace *ws) {
+    const size_t rows_q = (size_t)(dm.batch * dm.heads_q * dm.seqlen_q_pad);
+    const size_t tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m * dm.tiles_n);
+    const size_t cols = (size_t)(dm.batch * dm.heads_k * dm.tiles_n);
+    size_t off = 0;
+    size_t o_dq = ws_take(&off, (size_t)(dm.batch * dm.seqlen_q * dm.heads_q * dm.head_dim) *
+                                    sizeof(float));
+    size_t o_dlt = ws_take(&off, rows_q * sizeof(float));
+    size_t o_lse = ws_take(&off, rows_q * sizeof(float));
+    size_t o_mask = ws_take(&off, tiles);
+    size_t o_counts = ws_take(&off, cols * sizeof(int));
+    size_t o_lists = ws_take(&off, tiles * sizeof(int));  // G*Tm per key tile = Hq*Tm*Tn in all
+    size_t o_sched = ws_take(&off, cols * sizeof(int));
+    if (base && ws) {
+        char *p = (char *)base;
+        ws->dq_accum = (float *)(p + o_dq);
+        ws->dlt = (float *)(p + o_dlt);
+        ws->lse_log2 = (float *)(p + o_lse);
+        ws->mask = (uint8_t *)(p + o_mask);
+        ws->counts = (int *)(p + o_counts);
+        ws->lists = (int *)(p + o_lists);
+        ws->schedule = (int *)(p + o_sched);
+    }
+    return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
+}
+
+extern "C" bl_status bl_cuda_bwd_workspace_size(const bl_attn_desc *d, size_t *bytes) {
+    *bytes = bl_bwd_workspace_layout(bl_bwd_make_dims(d), NULL, NULL);
+    return BL_OK;
+}
+
+// Elements one thread handles: one 16-byte vector of a 16-bit dtype.
+enum { PP_VEC = 8, PP_THREADS = 256 };
+
+union bl_vec16 {
+    uint4 u;
+    uint16_t h[PP_VEC];
+};
+
+template <typename T>
+static __device__ __forceinline__ float bits_to_float(uint16_t x);
+template <>
+__device__ __forceinline__ float bits_to_float<__nv_bfloat16>(uint16_t x) {
+    return __bfloat162float(__ushort_as_bfloat16(x));
+}
+template <>
+__device__ __forceinline__ float bits_to_float<__half>(uint16_t x) {
+    return __half2float(__ushort_as_half(x));
+}
+template <typename T>
+static __device__ __forceinline__ uint16_t float_to_bits(float x);
+template <>
+__device__ __forceinline__ uint16_t float_to_bits<__nv_bfloat16>(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+template <>
+__device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+// One row (b, i, h) of D elements per D/PP_VEC consecutive threads, h fastest so that reads of
+// contiguous (B, S, H, D) tensors are coalesced. Rows i in [Sq, Sq_pad) only write the padding
+// of dlt / lse_log2.
+// out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
+// dq_accum: (B, Sq, Hq, D) fp32 contiguous.
+template <typename T, int D>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
+                         int64_t o_ss, int64_t o_sh, const uint16_t *__restrict__ dout,
+                         int64_t do_sb, int64_t do_ss, int64_t do_sh,
+                         const float *__restrict__ lse, float *__restrict__ dlt,
+                         float *__restrict__ lse_log2, float *__restrict__ dq_accum) {
+    constexpr int TPR = D / PP_VEC;  // threads per row
+    const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
+    const int64_t row = tid / TPR;
+    const int part = (int)(tid % TPR);
+    const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
+    // No early return: the whole warp takes part in the shuffles below.
+    const bool live = row < rows;
+    const int64_t h = row % dm.heads_q;
+    const int64_t i = (row / dm.heads_q) % dm.seqlen_q_pad;
+    const int64_t b = row / (dm.heads_q * dm.seqlen_q_pad);
+    float dot = 0.0f;
+    if (live && i < dm.seqlen_q) {
+        bl_vec16 o, g;
+        o.u = *reinterpret_cast<const uint4 *>(out + b * o_sb + i * o_ss + h * o_sh + part * PP_VEC);
+        g.u = *reinterpret_cast<const uint4 *>(dout + b * do_sb + i * do_ss + h * do_sh +
+                                                part * PP_VEC);
+#pragma unroll
+        for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
+        float4 *acc = reinterpret_cast<float4 *>(
+            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + part * PP_VEC);
+        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    if (live && part == 0) {
+        const int64_t at = (b * dm.heads_q + h) * dm.seqlen_q_pad + i;
+        float l2 = INFINITY;  // exp2(s - inf) = 0: pad rows and rows with no allowed key
+        if (i < dm.seqlen_q) {
+            float l = lse[(b * dm.heads_q + h) * dm.seqlen_q + i];
+            if (l != -INFINITY) l2 = l * BL_LOG2E;
+        }
+        dlt[at] = (i < dm.seqlen_q) ? dot : 0.0f;
+        lse_log2[at] = l2;
+    }
+}
+
+// dq: (B, Sq, Hq, D) in T with strides; dq_accum: (B, Sq, Hq, D) fp32 contiguous.
+template <typename T, int D>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                          uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+    constexpr int TPR = D / PP_VEC;
+    const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
+    const int64_t row = tid / TPR;
+    const int part = (int)(tid % TPR);
+    if (row >= dm.batch * dm.seqlen_q * dm.heads_q) return;
+    const int64_t h = row % dm.heads_q;
+    const int64_t i = (row / dm.heads_q) % dm.seqlen_q;
+    const int64_t b = row / (dm.heads_q * dm.seqlen_q);
+    const float4 *acc = reinterpret_cast<const float4 *>(dq_accum + row * D + part * PP_VEC);
+    float4 a0 = acc[0], a1 = acc[1];
+    float v[PP_VEC] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    bl_vec16 o;
+#pragma unroll
+    for (int e = 0; e < PP_VEC; ++e) o.h[e] = float_to_bits<T>(v[e] * scale);
+    *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + part * PP_VEC) = o.u;
+}
+
+template <typename T, int D>
+static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
+                                  const float *lse, const bl_bwd_workspace *ws,
+                                  cudaStream_t stream) {
+    const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
+    const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
+    bl_bwd_preprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
+        dm, (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
+        (const uint16_t *)dout.data, dout.stride_b, dout.stride_s, dout.stride_h, lse, ws->dlt,
+        ws->lse_log2, ws->dq_accum);
+    BL_CUDA_CHECK_LAUNCH("bl_bwd_preprocess_kernel");
+    return BL_OK;
+}
+
+template <typename T, int D>
+static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_tensor dq,
+                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
+    const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
+    const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
+    bl_bwd_postprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
+        dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
+    BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_kernel");
+    return BL_OK;
+}
+
+bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
+                                   bl_tensor dout, const float *lse,
+                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
+    const bool bf16 = dtype == BL_DTYPE_BF16;
+    if (dm.head_dim == 64)
+        return bf16 ? preprocess_typed<__nv_bfloat16, 64>(dm, out, dout, lse, ws, stream)
+                    : preprocess_typed<__half, 64>(dm, out, dout, lse, ws, stream);
+    return bf16 ? preprocess_typed<__nv_bfloat16, 128>(dm, out, dout, lse, ws, stream)
+                : preprocess_typed<__half, 128>(dm, out, dout, lse, ws, stream);
+}
+
+bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
+                                    bl_tensor dq, const bl_bwd_workspace *ws,
+                                    cudaStream_t stream) {
+    const bool bf16 = dtype == BL_DTYPE_BF16;
+    if (dm.head_dim == 64)
+        return bf16 ? postprocess_typed<__nv_bfloat16, 64>(dm, scale, dq, ws, stream)
+                    : postprocess_typed<__half, 64>(dm, scale, dq, ws, stream);
+    return bf16 ? postprocess_typed<__nv_bfloat16, 128>(dm, scale, dq, ws, stream)
+                : postprocess_typed<__half, 128>(dm, scale, dq, ws, stream);
+}

@@ -1,0 +1,256 @@
+// select_sm90.cu -- tile selection on the GPU (W -> block mask) and the backward's work lists
+// (block mask -> per-key-tile lists of kept (q head, row tile) pairs, and a heaviest-first
+// schedule of the key tiles). Implements bl_cuda_select_tiles.
+#include <math.h>
+#include "backend.h"
+#include "cuda_check.cuh"
+#include "bwd_common.cuh"
+
+// ---- selection: one CTA per (b, h, m) row of W ----
+
+enum { SEL_THREADS = 256 };
+// Padding key of the sort: sorts after every real (W, n) key.
+#define SEL_PAD_KEY 0xffffffffffffffffull
+
+// Maps a float to a uint32 that orders like the float (negatives flipped); -0 is folded into +0
+// first so that equal p values tie and fall back to the tile index.
+static __device__ __forceinline__ uint32_t sel_order_bits(float w) {
+    if (w == 0.0f) w = 0.0f;
+    uint32_t u = __float_as_uint(w);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// w: (rows, Tn) fp32 row-major; mask: (rows, Tn) uint8. Dynamic shared memory: the sort keys
+// (tn_pow2 uint64: W's order bits above the tile index, so (p asc, n asc) is one integer order)
+// followed by the row's Tn values.
+__global__ void __launch_bounds__(SEL_THREADS)
+bl_select_kernel(const float *__restrict__ w_all, int tn, int tn_pow2, double negl_prob,
+                 uint8_t *__restrict__ mask_all) {
+    extern __shared__ unsigned long long sel_smem[];
+    unsigned long long *keys = sel_smem;
+    float *w = reinterpret_cast<float *>(keys + tn_pow2);
+    __shared__ int s_skip;
+
+    const int64_t row = blockIdx.x;
+    const float *w_row = w_all + row * tn;
+    uint8_t *mask_row = mask_all + row * tn;
+
+    for (int i = threadIdx.x; i < tn_pow2; i += SEL_THREADS) {
+        if (i < tn) {
+            float x = w_row[i];
+            w[i] = x;
+            keys[i] = ((unsigned long long)sel_order_bits(x) << 32) | (unsigned)i;
+        } else {
+            keys[i] = SEL_PAD_KEY;
+        }
+    }
+    __syncthreads();
+
+    // Bitonic sort, ascending. Keys are distinct (the index is in them), so the order is the
+    // stable one the contract asks for.
+    for (int k = 2; k <= tn_pow2; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < tn_pow2; i += SEL_THREADS) {
+                int ixj = i ^ j;
+                if (ixj > i) {
+                    unsigned long long a = keys[i], b = keys[ixj];
+                    bool ascending = (i & k) == 0;
+                    if ((a > b) == ascending) {
+                        keys[i] = b;
+                        keys[ixj] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+
+    // The sums are sequential in double, in the contract's order (T over n ascending, the
+    // cumulative sum over the sorted order), so the mask matches the CPU backend bit for bit.
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int n = 0; n < tn; ++n) total += (double)w[n];
+        int skip;
+        if (!isfinite(total)) {
+            skip = 0;  // NaN/inf statistics: keep everything so NaN reaches the gradients
+        } else if (total <= 0.0) {
+            skip = tn;  // no mass at all (no valid row): nothing to compute
+        } else {
+            double cum = 0.0;
+            skip = 0;
+            while (skip < tn) {
+                int n = (int)(keys[skip] & 0xffffffffu);
+                cum += (double)w[n] / total;
+                if (!(cum < negl_prob)) break;
+                ++skip;
+            }
+        }
+        s_skip = skip;
+    }
+    __syncthreads();
+    const int skip = s_skip;
+    for (int i = threadIdx.x; i < tn; i += SEL_THREADS) {
+        int n = (int)(keys[i] & 0xffffffffu);
+        mask_row[n] = (uint8_t)(i >= skip);
+    }
+}
+
+bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
+                           uint8_t *mask, cudaStream_t stream) {
+    const int64_t rows = dm.batch * dm.heads_q * dm.tiles_m;
+    const int64_t tn = dm.tiles_n;
+    int64_t tn_pow2 = 1;
+    while (tn_pow2 < tn) tn_pow2 <<= 1;
+    const size_t smem = (size_t)tn_pow2 * sizeof(unsigned long long) + (size_t)tn * sizeof(float);
+    int dev = 0, smem_max = 0;
+    BL_CUDA_CHECK(cudaGetDevice(&dev));
+    BL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem > (size_t)smem_max - 1024)
+        return bl_set_error(BL_ERR_UNSUPPORTED,
+                            "seqlen_k = %lld gives %lld key tiles per row; the CUDA selection "
+                            "sorts a row in shared memory and supports up to %lld",
+                            (long long)dm.seqlen_k, (long long)tn,
+                            (long long)((smem_max - 1024) / 12));
+    if (rows == 0) return BL_OK;
+    if (rows > INT32_MAX)
+        return bl_set_error(BL_ERR_UNSUPPORTED, "B*Hq*Tm = %lld row tiles exceeds the grid limit",
+                            (long long)rows);
+    if (smem > 48 * 1024)
+        BL_CUDA_CHECK(cudaFuncSetAttribute(bl_select_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+    bl_select_kernel<<<(unsigned)rows, SEL_THREADS, smem, stream>>>(
+        tile_mass, (int)tn, (int)tn_pow2, (double)negl_prob, mask);
+    BL_CUDA_CHECK_LAUNCH("bl_select_kernel");
+    return BL_OK;
+}
+
+extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *tile_mass,
+                                          float negl_prob, uint8_t *mask) {
+    bl_bwd_dims dm = bl_bwd_make_dims(d);
+    return bl_select_launch(dm, tile_mass, negl_prob, mask, (cudaStream_t)d->stream);
+}
+
+// ---- lists: one CTA per (b, kv head g, key tile n) ----
+
+enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32 };
+
+// Whether row tile m and key tile n share any allowed (query, key) pair under the bottom-right
+// causal rule j <= i + Sk - Sq. The tile's last valid row sees the most keys.
+static __device__ __forceinline__ bool causal_tile_live(int64_t m, int64_t n, int64_t sq,
+                                                        int64_t sk) {
+    int64_t last_row = min((m + 1) * BL_BWD_TM, sq) - 1;
+    return n * BL_BWD_TN <= last_row + sk - sq;
+}
+
+// mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
+// Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
+__global__ void __launch_bounds__(LIST_THREADS)
+bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
+                   int *__restrict__ counts, int *__restrict__ lists) {
+    __shared__ int warp_sums[LIST_WARPS];
+    const int64_t col = blockIdx.x;
+    const int64_t n = col % dm.tiles_n;
+    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
+    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int64_t cap = dm.group * dm.tiles_m;
+    int *list = lists + col * cap;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    int base = 0;
+    for (int64_t e0 = 0; e0 < cap; e0 += LIST_THREADS) {
+        const int64_t e = e0 + threadIdx.x;
+        bool keep = false;
+        if (e < cap) {
+            const int64_t hl = e / dm.tiles_m, m = e - hl * dm.tiles_m;
+            const int64_t h = g * dm.group + hl;
+            keep = !causal || causal_tile_live(m, n, dm.seqlen_q, dm.seqlen_k);
+            if (keep && mask)
+                keep = mask[((b * dm.heads_q + h) * dm.tiles_m + m) * dm.tiles_n + n] != 0;
+        }
+        const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+        if (lane == 0) warp_sums[warp] = __popc(ballot);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int w = 0; w < LIST_WARPS; ++w) {
+            before += (w < warp) ? warp_sums[w] : 0;
+            total += warp_sums[w];
+        }
+        if (keep) list[base + before + __popc(ballot & ((1u << lane) - 1u))] = (int)e;
+        base += total;
+        __syncthreads();  // warp_sums is rewritten by the next chunk
+    }
+    if (threadIdx.x == 0) counts[col] = base;
+}
+
+// ---- schedule: key tiles by kept count, descending (one CTA; a bucketed counting sort) ----
+
+enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
+
+// counts: (num_cols); schedule: (num_cols), a permutation of 0..num_cols-1. Buckets of equal
+// width over [0, max count]: heavy columns start first, which is what load balance needs; the
+// order inside a bucket does not matter.
+__global__ void __launch_bounds__(SCHED_THREADS)
+bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__restrict__ schedule) {
+    __shared__ int hist[SCHED_BUCKETS];
+    __shared__ int warp_sums[SCHED_THREADS / 32];
+    __shared__ int s_max;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (tid == 0) s_max = 1;
+    for (int i = tid; i < SCHED_BUCKETS; i += SCHED_THREADS) hist[i] = 0;
+    __syncthreads();
+    int local_max = 0;
+    for (int c = tid; c < num_cols; c += SCHED_THREADS) local_max = max(local_max, counts[c]);
+    atomicMax(&s_max, local_max);
+    __syncthreads();
+    const int64_t maxc = s_max;
+    // Bucket 0 holds the heaviest columns.
+    for (int c = tid; c < num_cols; c += SCHED_THREADS) {
+        int bkt = (SCHED_BUCKETS - 1) - (int)((int64_t)counts[c] * (SCHED_BUCKETS - 1) / maxc);
+        atomicAdd(&hist[bkt], 1);
+    }
+    __syncthreads();
+    // Exclusive scan of hist: each thread owns SCHED_BUCKETS / SCHED_THREADS adjacent buckets.
+    constexpr int PER = SCHED_BUCKETS / SCHED_THREADS;
+    int mine[PER], sum = 0;
+    for (int i = 0; i < PER; ++i) {
+        mine[i] = hist[tid * PER + i];
+        sum += mine[i];
+    }
+    int incl = sum;
+    for (int off = 1; off < 32; off <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    int warp_base = 0;
+    for (int w = 0; w < warp; ++w) warp_base += warp_sums[w];
+    int run = warp_base + incl - sum;
+    __syncthreads();
+    for (int i = 0; i < PER; ++i) {
+        hist[tid * PER + i] = run;
+        run += mine[i];
+    }
+    __syncthreads();
+    for (int c = tid; c < num_cols; c += SCHED_THREADS) {
+        int bkt = (SCHED_BUCKETS - 1) - (int)((int64_t)counts[c] * (SCHED_BUCKETS - 1) / maxc);
+        schedule[atomicAdd(&hist[bkt], 1)] = c;
+    }
+}
+
+bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask,
+                              const bl_bwd_workspace *ws, cudaStream_t stream) {
+    const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
+    if (cols > INT32_MAX || dm.group * dm.tiles_m > INT32_MAX)
+        return bl_set_error(BL_ERR_UNSUPPORTED,
+                            "B*Hk*Tn = %lld key tiles (or G*Tm = %lld row tiles per key tile) "
+                            "exceeds the backward's 32-bit work lists",
+                            (long long)cols, (long long)(dm.group * dm.tiles_m));
+    bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, 0, stream>>>(dm, causal, mask, ws->counts,
+                                                                    ws->lists);
+    BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
+    bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule);
+    BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_kernel");
+    return BL_OK;
+}
