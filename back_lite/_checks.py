@@ -56,9 +56,7 @@ def qkv(q, k, v) -> None:
         _fail(f"q has dtype {q.dtype} on {q.device}; the CUDA backend takes torch.bfloat16 or "
               "torch.float16 (torch.float32 is CPU only)")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.stride(-1) != 1:
-            _fail(f"{name} must have its last dim contiguous (stride(-1) == 1), got strides "
-                  f"{t.stride()}; call .contiguous() on it")
+        layout(name, t)
     batch, _, heads_q, head_dim = q.shape
     _, seqlen_k, heads_k, _ = k.shape
     if k.shape[0] != batch:
@@ -77,8 +75,20 @@ def qkv(q, k, v) -> None:
     if heads_q % heads_k != 0:
         _fail(f"q has {heads_q} heads, not a multiple of k's {heads_k} heads (GQA/MQA needs "
               "Hq % Hk == 0)")
-    if head_dim > MAX_HEAD_DIM:
-        _fail(f"q has head dim {head_dim}; the largest supported head dim is {MAX_HEAD_DIM}")
+    if head_dim > MAX_HEAD_DIM or head_dim % 2 != 0:
+        _fail(f"q has head dim {head_dim}; the head dim must be even and <= {MAX_HEAD_DIM}")
+
+
+def layout(name: str, t: torch.Tensor) -> None:
+    """(B, S, H, D): D contiguous, and no dim of size > 1 with stride 0 (an expanded tensor
+    would make several rows alias one memory row; the library refuses that)."""
+    if t.stride(-1) != 1:
+        _fail(f"{name} must have its last dim contiguous (stride(-1) == 1), got strides "
+              f"{t.stride()}; call .contiguous() on it")
+    for dim in range(3):
+        if t.shape[dim] > 1 and t.stride(dim) == 0:
+            _fail(f"{name} has stride 0 in dim {dim} (an expanded tensor, strides {t.stride()}); "
+                  "call .contiguous() on it")
 
 
 def scale(value, head_dim) -> float:
@@ -148,9 +158,7 @@ def like(name: str, t, ref: torch.Tensor, ref_name: str) -> None:
         _fail(f"{name} has dtype {t.dtype}, expected {ref.dtype} (the dtype of {ref_name})")
     if t.device != ref.device:
         _fail(f"{name} is on device {t.device}, expected {ref.device}")
-    if t.stride(-1) != 1:
-        _fail(f"{name} must have its last dim contiguous (stride(-1) == 1), got strides "
-              f"{t.stride()}")
+    layout(name, t)
 
 
 def lse(t, q: torch.Tensor, name: str = "lse") -> None:

@@ -277,9 +277,9 @@ def _attention_setup_context(ctx, inputs, output):
 
 def _attention_backward(ctx, dout, _dlse, _dtile_mass):
     q, k, v, out, lse, tile_mass = ctx.saved_tensors
-    if dout.stride(-1) != 1:
-        # The C API needs the head dim contiguous; autograd can hand over any layout
-        # (e.g. an expanded gradient of out.sum()), so such a dout is copied once.
+    if dout.stride(-1) != 1 or any(n > 1 and s == 0 for n, s in zip(dout.shape, dout.stride())):
+        # The C API needs the head dim contiguous and no stride-0 dims; autograd can hand over
+        # any layout (e.g. the expanded gradient of out.sum()), so such a dout is copied once.
         dout = dout.contiguous()
     sparse = ctx.negl_prob > 0.0
     dq, dk, dv = torch.ops.back_lite.backward(

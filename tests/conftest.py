@@ -1,0 +1,17 @@
+"""Shared pytest setup: the tests import back_lite (the installed package, or the source tree with
+BACK_LITE_LIBRARY pointing at a built libbacklite.so) and the reference beside this file."""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# Small CPU problems: threads beyond the 2 cores of CI only add scheduling noise.
+torch.set_num_threads(min(torch.get_num_threads(), 2))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
