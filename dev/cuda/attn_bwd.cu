@@ -1,0 +1,554 @@
+// attn_bwd.cu -- standalone checker and timer of the sm_90a selection and block-sparse backward
+// (src/cuda/attn_bwd_sm90.cu, select_sm90.cu, bwd_prepost_sm90.cu), llm.c style.
+//
+// check: builds its own inputs, runs a float64 CPU forward (out, lse, tile mass W), then compares
+//   the GPU dq/dk/dv against a float64 CPU backward over exactly the kept tiles, for dense,
+//   random-mask and selection modes over many shapes; and the GPU selection against the
+//   library's CPU selection rule (src/select.c), bit for bit.
+// bench: times dense and sparse backward on large shapes with CUDA events.
+//
+// Build (from the repo root):
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math \
+//        --expt-relaxed-constexpr -I include -I src -I src/cuda -o attn_bwd dev/cuda/attn_bwd.cu \
+//        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu \
+//        src/select.c src/error.c
+// Run: ./attn_bwd check | ./attn_bwd small | ./attn_bwd bench
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include <algorithm>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include "backlite.h"
+#include "backend.h"
+#include "bwd_workspace.h"
+extern "C" {
+#include "cpu_select.h"  // the CPU selection rule, C linkage
+}
+
+#define CK(call)                                                                            \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) {                                                            \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                    \
+                    cudaGetErrorString(e_));                                                \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+#define BL(call)                                                                            \
+    do {                                                                                    \
+        bl_status s_ = (call);                                                              \
+        if (s_ != BL_OK) {                                                                  \
+            fprintf(stderr, "%s:%d %s: status %d: %s\n", __FILE__, __LINE__, #call, (int)s_, \
+                    bl_last_error());                                                       \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+// ---- host helpers ----
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double urand(void) {  // xorshift64*, [0, 1)
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
+}
+static double nrand(void) {
+    double u1 = urand() + 1e-300, u2 = urand();
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static uint16_t to_bits(float x, bl_dtype dt) {
+    if (dt == BL_DTYPE_BF16) {
+        __nv_bfloat16 h = __float2bfloat16_rn(x);
+        return *reinterpret_cast<uint16_t *>(&h);
+    }
+    __half h = __float2half_rn(x);
+    return *reinterpret_cast<uint16_t *>(&h);
+}
+static float from_bits(uint16_t u, bl_dtype dt) {
+    if (dt == BL_DTYPE_BF16) return __bfloat162float(*reinterpret_cast<__nv_bfloat16 *>(&u));
+    return __half2float(*reinterpret_cast<__half *>(&u));
+}
+
+struct Case {
+    int B, Sq, Sk, Hq, Hk, D, causal;
+    bl_dtype dt;
+    int mode;        // 0 dense, 1 random mask, 2 selection from the forward's W
+    double keep;     // mode 1: probability a tile is kept
+    float negl;      // mode 2
+    int padded;      // 1: tensors live inside wider rows (strides != packed)
+    int nan_row;     // 1: one q row of head 0 is NaN (checks NaN stays in its head)
+};
+
+// A (B, S, H, D) tensor on the host: float values already rounded to the dtype, and its layout.
+struct HostT {
+    int B, S, H, D;
+    int64_t sb, ss, sh;  // element strides
+    std::vector<float> v;  // dense (B,S,H,D) copy of the values
+    size_t alloc;          // elements of the strided buffer
+    float &at(int b, int s, int h, int d) { return v[(((size_t)b * S + s) * H + h) * D + d]; }
+};
+
+static HostT make_t(int B, int S, int H, int D, int padded) {
+    HostT t;
+    t.B = B; t.S = S; t.H = H; t.D = D;
+    const int hstride = padded ? D + 8 : D;      // gap between heads
+    const int64_t sstride = (int64_t)H * hstride + (padded ? 16 : 0);
+    t.sh = hstride; t.ss = sstride; t.sb = sstride * S + (padded ? 32 : 0);
+    t.alloc = (size_t)t.sb * B;
+    t.v.assign((size_t)B * S * H * D, 0.0f);
+    return t;
+}
+static std::vector<uint16_t> pack(HostT &t, bl_dtype dt) {
+    std::vector<uint16_t> buf(t.alloc, to_bits(0.0f, dt));
+    for (int b = 0; b < t.B; ++b)
+        for (int s = 0; s < t.S; ++s)
+            for (int h = 0; h < t.H; ++h)
+                for (int d = 0; d < t.D; ++d)
+                    buf[b * t.sb + s * t.ss + h * t.sh + d] = to_bits(t.at(b, s, h, d), dt);
+    return buf;
+}
+static void unpack(HostT &t, const std::vector<uint16_t> &buf, bl_dtype dt) {
+    for (int b = 0; b < t.B; ++b)
+        for (int s = 0; s < t.S; ++s)
+            for (int h = 0; h < t.H; ++h)
+                for (int d = 0; d < t.D; ++d)
+                    t.at(b, s, h, d) = from_bits(buf[b * t.sb + s * t.ss + h * t.sh + d], dt);
+}
+static void fill_random(HostT &t, bl_dtype dt, double sigma) {
+    for (auto &x : t.v) x = from_bits(to_bits((float)(sigma * nrand()), dt), dt);
+}
+
+static int64_t key_limit(int causal, int64_t i, int64_t Sq, int64_t Sk) {
+    if (!causal) return Sk;
+    int64_t l = i + Sk - Sq + 1;
+    return l < 0 ? 0 : (l < Sk ? l : Sk);
+}
+
+// float64 forward: out (rounded to dtype), lse (fp32), W (fp32, (B,Hq,Tm,Tn)).
+static void cpu_forward(const Case &c, HostT &q, HostT &k, HostT &v, HostT &out,
+                        std::vector<float> &lse, std::vector<float> &W, float scale) {
+    const int G = c.Hq / c.Hk, Tm = (c.Sq + 63) / 64, Tn = (c.Sk + 127) / 128;
+    lse.assign((size_t)c.B * c.Hq * c.Sq, 0.0f);
+    W.assign((size_t)c.B * c.Hq * Tm * Tn, 0.0f);
+    std::vector<double> s(c.Sk), o(c.D), wacc((size_t)Tn);
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.Hq; ++h) {
+            const int g = h / G;
+            std::vector<double> wrow((size_t)Tm * Tn, 0.0);
+            for (int i = 0; i < c.Sq; ++i) {
+                const int64_t lim = key_limit(c.causal, i, c.Sq, c.Sk);
+                double mx = -INFINITY;
+                for (int j = 0; j < lim; ++j) {
+                    double acc = 0;
+                    for (int d = 0; d < c.D; ++d) acc += (double)q.at(b, i, h, d) * k.at(b, j, g, d);
+                    s[j] = acc * scale;
+                    mx = std::max(mx, s[j]);
+                }
+                double sum = 0;
+                for (int j = 0; j < lim; ++j) sum += exp(s[j] - mx);
+                const double l = lim > 0 ? mx + log(sum) : -INFINITY;
+                lse[((size_t)b * c.Hq + h) * c.Sq + i] = (float)l;
+                std::fill(o.begin(), o.end(), 0.0);
+                for (int j = 0; j < lim; ++j) {
+                    const double pj = exp(s[j] - l);
+                    wrow[(size_t)(i / 64) * Tn + j / 128] += pj;
+                    for (int d = 0; d < c.D; ++d) o[d] += pj * v.at(b, j, g, d);
+                }
+                for (int d = 0; d < c.D; ++d)
+                    out.at(b, i, h, d) = from_bits(to_bits((float)o[d], c.dt), c.dt);
+            }
+            for (size_t x = 0; x < wrow.size(); ++x)
+                W[((size_t)b * c.Hq + h) * Tm * Tn + x] = (float)wrow[x];
+        }
+}
+
+// float64 backward over the kept tiles of `mask` (B,Hq,Tm,Tn).
+static void cpu_backward(const Case &c, HostT &q, HostT &k, HostT &v, HostT &out, HostT &dout,
+                         const std::vector<float> &lse, const std::vector<uint8_t> &mask,
+                         float scale, std::vector<double> &dq, std::vector<double> &dk,
+                         std::vector<double> &dv) {
+    const int G = c.Hq / c.Hk, Tm = (c.Sq + 63) / 64, Tn = (c.Sk + 127) / 128;
+    dq.assign((size_t)c.B * c.Sq * c.Hq * c.D, 0.0);
+    dk.assign((size_t)c.B * c.Sk * c.Hk * c.D, 0.0);
+    dv.assign((size_t)c.B * c.Sk * c.Hk * c.D, 0.0);
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.Hq; ++h) {
+            const int g = h / G;
+            for (int i = 0; i < c.Sq; ++i) {
+                const double l = lse[((size_t)b * c.Hq + h) * c.Sq + i];
+                if (l == -INFINITY) continue;
+                double dlt = 0;
+                for (int d = 0; d < c.D; ++d) dlt += (double)dout.at(b, i, h, d) * out.at(b, i, h, d);
+                const int64_t lim = key_limit(c.causal, i, c.Sq, c.Sk);
+                const int m = i / 64;
+                for (int j = 0; j < lim; ++j) {
+                    if (!mask[(((size_t)b * c.Hq + h) * Tm + m) * Tn + j / 128]) continue;
+                    double sc = 0, dp = 0;
+                    for (int d = 0; d < c.D; ++d) {
+                        sc += (double)q.at(b, i, h, d) * k.at(b, j, g, d);
+                        dp += (double)dout.at(b, i, h, d) * v.at(b, j, g, d);
+                    }
+                    const double p = exp(sc * scale - l);
+                    const double ds = p * (dp - dlt);
+                    for (int d = 0; d < c.D; ++d) {
+                        dq[(((size_t)b * c.Sq + i) * c.Hq + h) * c.D + d] += scale * ds * k.at(b, j, g, d);
+                        dk[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += scale * ds * q.at(b, i, h, d);
+                        dv[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += p * dout.at(b, i, h, d);
+                    }
+                }
+            }
+        }
+}
+
+// Max |gpu - ref| over max |ref|, on the finite reference entries; counts NaN mismatches.
+struct Err {
+    double rel;
+    long bad_nan;
+};
+static Err compare(HostT &gpu, const std::vector<double> &ref) {
+    double maxref = 0, maxerr = 0;
+    long bad = 0;
+    for (size_t x = 0; x < ref.size(); ++x) {
+        const double r = ref[x], g = gpu.v[x];
+        if (!std::isfinite(r)) {
+            if (std::isfinite(g)) ++bad;
+            continue;
+        }
+        if (!std::isfinite(g)) { ++bad; continue; }
+        maxref = std::max(maxref, fabs(r));
+        maxerr = std::max(maxerr, fabs(g - r));
+    }
+    return {maxerr / (maxref > 0 ? maxref : 1.0), bad};
+}
+
+static void *dev_upload(const void *h, size_t bytes) {
+    void *d = nullptr;
+    CK(cudaMalloc(&d, bytes > 0 ? bytes : 1));
+    if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static bl_attn_desc make_desc(const Case &c, float scale) {
+    bl_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.backend = BL_BACKEND_CUDA;
+    d.dtype = c.dt;
+    d.batch = c.B; d.seqlen_q = c.Sq; d.seqlen_k = c.Sk;
+    d.heads_q = c.Hq; d.heads_k = c.Hk; d.head_dim = c.D;
+    d.scale = scale; d.causal = c.causal;
+    return d;
+}
+
+static bl_tensor dev_tensor(HostT &t, void *data) {
+    bl_tensor x;
+    x.data = data; x.stride_b = t.sb; x.stride_s = t.ss; x.stride_h = t.sh;
+    return x;
+}
+
+// Runs one case; returns 1 on pass.
+static int run_case(const Case &c) {
+    const float scale = 1.0f / sqrtf((float)c.D);
+    const int Tm = (c.Sq + 63) / 64, Tn = (c.Sk + 127) / 128;
+    HostT q = make_t(c.B, c.Sq, c.Hq, c.D, c.padded), k = make_t(c.B, c.Sk, c.Hk, c.D, c.padded),
+          v = make_t(c.B, c.Sk, c.Hk, c.D, c.padded), out = make_t(c.B, c.Sq, c.Hq, c.D, c.padded),
+          dout = make_t(c.B, c.Sq, c.Hq, c.D, c.padded), dq = make_t(c.B, c.Sq, c.Hq, c.D, c.padded),
+          dk = make_t(c.B, c.Sk, c.Hk, c.D, c.padded), dv = make_t(c.B, c.Sk, c.Hk, c.D, c.padded);
+    // Larger q/k spread gives peaky attention, so selection has something to skip.
+    fill_random(q, c.dt, c.mode == 2 ? 2.0 : 1.0);
+    fill_random(k, c.dt, c.mode == 2 ? 2.0 : 1.0);
+    fill_random(v, c.dt, 1.0);
+    fill_random(dout, c.dt, 1.0);
+    if (c.nan_row) for (int d = 0; d < c.D; ++d) q.at(0, c.Sq / 2, 0, d) = NAN;
+    std::vector<float> lse, W;
+    cpu_forward(c, q, k, v, out, lse, W, scale);
+
+    std::vector<uint8_t> mask((size_t)c.B * c.Hq * Tm * Tn, 1);
+    if (c.mode == 1)
+        for (auto &x : mask) x = urand() < c.keep ? (uint8_t)(1 + (urand() < 0.5) * 6) : 0;
+    std::vector<bl_tile_share> scratch(Tn);
+    if (c.mode == 2)
+        for (size_t r = 0; r < (size_t)c.B * c.Hq * Tm; ++r)
+            bl_select_row_tile(&W[r * Tn], Tn, (double)c.negl, &mask[r * Tn], scratch.data());
+    std::vector<double> rdq, rdk, rdv;
+    cpu_backward(c, q, k, v, out, dout, lse, mask, scale, rdq, rdk, rdv);
+
+    bl_attn_desc desc = make_desc(c, scale);
+    size_t wsb = 0;
+    BL(bl_cuda_bwd_workspace_size(&desc, &wsb));
+    void *ws;
+    CK(cudaMalloc(&ws, wsb));
+    CK(cudaMemset(ws, 0xff, wsb));  // garbage: the kernels must not rely on zeroed scratch
+    desc.workspace = (char *)ws;
+    desc.workspace_bytes = wsb;
+    auto hq = pack(q, c.dt), hk = pack(k, c.dt), hv = pack(v, c.dt), ho = pack(out, c.dt),
+         hdo = pack(dout, c.dt);
+    void *d_q = dev_upload(hq.data(), hq.size() * 2), *d_k = dev_upload(hk.data(), hk.size() * 2),
+         *d_v = dev_upload(hv.data(), hv.size() * 2), *d_o = dev_upload(ho.data(), ho.size() * 2),
+         *d_do = dev_upload(hdo.data(), hdo.size() * 2);
+    std::vector<uint16_t> junk(dq.alloc, 0x7fc0);  // NaN-filled outputs: all must be overwritten
+    void *d_dq = dev_upload(junk.data(), dq.alloc * 2);
+    junk.assign(dk.alloc, 0x7fc0);
+    void *d_dk = dev_upload(junk.data(), dk.alloc * 2), *d_dv = dev_upload(junk.data(), dv.alloc * 2);
+    float *d_lse = (float *)dev_upload(lse.data(), lse.size() * 4);
+    float *d_W = (float *)dev_upload(W.data(), W.size() * 4);
+    uint8_t *d_mask = (uint8_t *)dev_upload(mask.data(), mask.size());
+
+    const uint8_t *mask_arg = c.mode == 1 ? d_mask : nullptr;
+    const float negl = c.mode == 2 ? c.negl : 0.0f;
+    BL(bl_cuda_backward(&desc, dev_tensor(q, d_q), dev_tensor(k, d_k), dev_tensor(v, d_v),
+                        dev_tensor(out, d_o), dev_tensor(dout, d_do), d_lse, d_W, negl, mask_arg,
+                        dev_tensor(dq, d_dq), dev_tensor(dk, d_dk), dev_tensor(dv, d_dv)));
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> buf(dq.alloc);
+    CK(cudaMemcpy(buf.data(), d_dq, dq.alloc * 2, cudaMemcpyDeviceToHost));
+    unpack(dq, buf, c.dt);
+    buf.resize(dk.alloc);
+    CK(cudaMemcpy(buf.data(), d_dk, dk.alloc * 2, cudaMemcpyDeviceToHost));
+    unpack(dk, buf, c.dt);
+    CK(cudaMemcpy(buf.data(), d_dv, dv.alloc * 2, cudaMemcpyDeviceToHost));
+    unpack(dv, buf, c.dt);
+
+    // Selection check: the GPU mask bit for bit against the CPU rule.
+    long sel_diff = 0;
+    if (c.mode == 2) {
+        std::vector<uint8_t> gmask(mask.size());
+        BL(bl_cuda_select_tiles(&desc, d_W, c.negl, d_mask));
+        CK(cudaMemcpy(gmask.data(), d_mask, mask.size(), cudaMemcpyDeviceToHost));
+        for (size_t x = 0; x < mask.size(); ++x) sel_diff += (gmask[x] != 0) != (mask[x] != 0);
+    }
+    size_t kept = 0;
+    for (auto x : mask) kept += x != 0;
+
+    Err eq = compare(dq, rdq), ek = compare(dk, rdk), ev = compare(dv, rdv);
+    const double tol = c.dt == BL_DTYPE_BF16 ? 2e-2 : 4e-3;
+    int ok = eq.rel < tol && ek.rel < tol && ev.rel < tol && !eq.bad_nan && !ek.bad_nan &&
+             !ev.bad_nan && sel_diff == 0;
+    printf("%-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
+           "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s\n",
+           c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
+           c.causal ? "causal" : "full  ", c.mode == 0 ? "dense" : c.mode == 1 ? "mask" : "select",
+           c.padded ? " strided" : "", c.nan_row ? " nan" : "", (double)kept / mask.size(),
+           eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
+           ok ? "PASS" : "FAIL");
+    cudaFree(ws); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_do);
+    cudaFree(d_dq); cudaFree(d_dk); cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_W);
+    cudaFree(d_mask);
+    return ok;
+}
+
+// Selection alone on synthetic W rows: ties, zeros, an all-zero row, a NaN row, many tiles.
+static int check_selection_synthetic(void) {
+    Case c = {1, 64 * 7, 128 * 1000, 3, 3, 64, 0, BL_DTYPE_BF16, 2, 0, 0.05f, 0, 0};
+    const int Tm = 7, Tn = 1000;
+    std::vector<float> W((size_t)c.Hq * Tm * Tn);
+    for (size_t r = 0; r < (size_t)c.Hq * Tm; ++r) {
+        for (int n = 0; n < Tn; ++n) {
+            float x;
+            switch (r % 4) {
+            case 0: x = (float)floor(urand() * 4) / 64.0f; break;          // many ties
+            case 1: x = (float)exp(8.0 * urand()) * (urand() < 0.3); break; // peaky, zeros
+            case 2: x = (float)(1.0 / (1 + abs(n - 500))); break;          // banded
+            default: x = (float)urand(); break;
+            }
+            W[r * Tn + n] = x;
+        }
+    }
+    for (int n = 0; n < Tn; ++n) W[5 * Tn + n] = 0.0f;  // no mass: keeps nothing
+    W[6 * Tn + 17] = NAN;                              // non-finite: keeps all
+    int fails = 0;
+    const float negls[] = {0.0f, 0.01f, 0.05f, 0.3f, 0.9f};
+    float *d_W = (float *)dev_upload(W.data(), W.size() * 4);
+    uint8_t *d_mask;
+    CK(cudaMalloc(&d_mask, W.size()));
+    std::vector<bl_tile_share> scratch(Tn);
+    for (float negl : negls) {
+        std::vector<uint8_t> cm(W.size()), gm(W.size());
+        for (size_t r = 0; r < (size_t)c.Hq * Tm; ++r)
+            bl_select_row_tile(&W[r * Tn], Tn, (double)negl, &cm[r * Tn], scratch.data());
+        bl_attn_desc desc = make_desc(c, 0.125f);
+        BL(bl_cuda_select_tiles(&desc, d_W, negl, d_mask));
+        CK(cudaMemcpy(gm.data(), d_mask, gm.size(), cudaMemcpyDeviceToHost));
+        long diff = 0, kept = 0;
+        for (size_t x = 0; x < gm.size(); ++x) {
+            diff += (gm[x] != 0) != (cm[x] != 0);
+            kept += cm[x] != 0;
+        }
+        printf("selection Tn=%d negl=%.2f: kept %.3f, GPU/CPU mask differences %ld  %s\n", Tn,
+               negl, (double)kept / gm.size(), diff, diff ? "FAIL" : "PASS");
+        fails += diff != 0;
+    }
+    cudaFree(d_W);
+    cudaFree(d_mask);
+    return fails == 0;
+}
+
+// ---- bench: large shapes, device-generated inputs ----
+
+__global__ void fill_kernel(uint16_t *x, size_t n, uint32_t seed, int bf16) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        float u = (h & 0xffffff) / 16777216.0f * 2.0f - 1.0f;  // uniform(-1, 1)
+        if (bf16) { __nv_bfloat16 b = __float2bfloat16_rn(u); x[i] = *reinterpret_cast<uint16_t *>(&b); }
+        else { __half b = __float2half_rn(u); x[i] = *reinterpret_cast<uint16_t *>(&b); }
+    }
+}
+__global__ void fill_f32(float *x, size_t n, float val) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) x[i] = val;
+}
+__global__ void mask_kernel(uint8_t *m, size_t n, double keep, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        m[i] = (h & 0xffffff) < keep * 16777216.0 ? 1 : 0;
+    }
+}
+// Banded tile mass: mass decays with |n - diagonal tile|, so selection keeps a band.
+__global__ void banded_w_kernel(float *W, int64_t rows, int tm, int tn, float width) {
+    const int64_t n_all = rows * tn;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_all;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int n = (int)(i % tn);
+        const int m = (int)((i / tn) % tm);
+        const float center = (m + 0.5f) * (float)tn / (float)tm;  // the diagonal, any Sq/Sk
+        W[i] = expf(-fabsf(n - center) / width);
+    }
+}
+
+static double time_bwd(const bl_attn_desc &desc, bl_tensor q, bl_tensor k, bl_tensor v,
+                       bl_tensor o, bl_tensor dO, const float *lse, const float *W, float negl,
+                       const uint8_t *mask, bl_tensor dq, bl_tensor dk, bl_tensor dv, int reps) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int w = 0; w < 2; ++w)
+        BL(bl_cuda_backward(&desc, q, k, v, o, dO, lse, W, negl, mask, dq, dk, dv));
+    std::vector<float> ms;
+    for (int r = 0; r < reps; ++r) {
+        CK(cudaEventRecord(e0));
+        BL(bl_cuda_backward(&desc, q, k, v, o, dO, lse, W, negl, mask, dq, dk, dv));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms[ms.size() / 2];
+}
+
+static void bench_shape(int B, int S, int H, int D, int causal) {
+    const bl_dtype dt = BL_DTYPE_BF16;
+    const float scale = 1.0f / sqrtf((float)D);
+    Case c = {B, S, S, H, H, D, causal, dt, 0, 0, 0, 0, 0};
+    bl_attn_desc desc = make_desc(c, scale);
+    const int64_t Tm = (S + 63) / 64, Tn = (S + 127) / 128;
+    const size_t elems = (size_t)B * S * H * D;
+    uint16_t *buf[8];
+    for (int i = 0; i < 8; ++i) {
+        CK(cudaMalloc(&buf[i], elems * 2));
+        fill_kernel<<<1024, 256>>>(buf[i], elems, 1234u + 77u * i, 1);
+    }
+    float *lse, *W;
+    uint8_t *mask;
+    CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
+    // Uniform(-1,1) inputs give scores of a few units; lse near log(S) keeps P in range.
+    fill_f32<<<1024, 256>>>(lse, (size_t)B * H * S, logf((float)S) + 0.5f);
+    const size_t ntile = (size_t)B * H * Tm * Tn;
+    CK(cudaMalloc(&W, ntile * 4));
+    CK(cudaMalloc(&mask, ntile));
+    size_t wsb;
+    BL(bl_cuda_bwd_workspace_size(&desc, &wsb));
+    void *ws;
+    CK(cudaMalloc(&ws, wsb));
+    desc.workspace = ws;
+    desc.workspace_bytes = wsb;
+    bl_tensor t[8];
+    for (int i = 0; i < 8; ++i) {
+        t[i].data = buf[i];
+        t[i].stride_h = D; t[i].stride_s = (int64_t)H * D; t[i].stride_b = (int64_t)S * H * D;
+    }
+    const double flops = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
+    const int reps = S >= 32768 ? 3 : 7;
+    CK(cudaDeviceSynchronize());
+    double dense = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, nullptr, t[5],
+                            t[6], t[7], reps);
+    printf("bench B%d S%d H%d D%d %s dense        : %8.3f ms  %6.1f TFLOP/s\n", B, S, H, D,
+           causal ? "causal" : "full  ", dense, flops / dense * 1e-9);
+    const double keeps[] = {0.0, 0.01, 0.1, 0.5};
+    for (double keep : keeps) {
+        mask_kernel<<<1024, 256>>>(mask, ntile, keep, 99u);
+        double t_s = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, mask, t[5],
+                              t[6], t[7], reps);
+        printf("bench B%d S%d H%d D%d %s mask keep %.2f: %8.3f ms  = %.4f x dense (bar %.4f)\n", B,
+               S, H, D, causal ? "causal" : "full  ", keep, t_s, t_s / dense,
+               keep + 0.10);
+    }
+    // Selection path on banded W: the kept share comes out of the rule.
+    banded_w_kernel<<<1024, 256>>>(W, (int64_t)B * H * Tm, (int)Tm, (int)Tn, 1.5f);
+    const float negls[] = {0.05f, 0.2f};
+    for (float negl : negls) {
+        double t_s = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, W, negl, nullptr, t[5],
+                              t[6], t[7], reps);
+        BL(bl_cuda_select_tiles(&desc, W, negl, mask));
+        std::vector<uint8_t> hm(ntile);
+        CK(cudaMemcpy(hm.data(), mask, ntile, cudaMemcpyDeviceToHost));
+        size_t kept = 0;
+        for (auto x : hm) kept += x != 0;
+        const double kf = (double)kept / ntile;
+        printf("bench B%d S%d H%d D%d %s select negl %.2f (kept %.4f): %8.3f ms = %.4f x dense "
+               "(bar %.4f)\n", B, S, H, D, causal ? "causal" : "full  ", negl, kf, t_s,
+               t_s / dense, kf + 0.10);
+    }
+    for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
+    cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "check";
+    if (!strcmp(what, "bench")) {
+        bench_shape(1, 16384, 16, 128, 0);
+        bench_shape(1, 16384, 16, 128, 1);
+        bench_shape(1, 32768, 24, 128, 0);
+        bench_shape(4, 4096, 16, 64, 0);
+        return 0;
+    }
+    const bl_dtype BF = BL_DTYPE_BF16, FP = BL_DTYPE_F16;
+    std::vector<Case> cases;
+    if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
+        cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
+        cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
+    } else {
+        //            B  Sq   Sk   Hq Hk D   causal dt mode keep negl padded nan
+        cases.push_back({1, 128, 128, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});
+        cases.push_back({2, 256, 384, 4, 2, 128, 0, BF, 0, 0, 0, 0, 0});
+        cases.push_back({1, 300, 300, 2, 2, 128, 1, BF, 0, 0, 0, 0, 0});
+        cases.push_back({1, 200, 517, 4, 1, 64, 1, FP, 0, 0, 0, 0, 0});
+        cases.push_back({1, 517, 200, 3, 1, 128, 1, BF, 0, 0, 0, 0, 0});   // Sq > Sk: -inf rows
+        cases.push_back({2, 190, 333, 4, 4, 64, 0, FP, 1, 0.5, 0, 1, 0});
+        cases.push_back({1, 384, 640, 4, 2, 128, 1, BF, 1, 0.3, 0, 0, 0});
+        cases.push_back({1, 257, 1000, 2, 1, 128, 0, FP, 1, 0.1, 0, 1, 0});
+        cases.push_back({1, 333, 777, 4, 2, 64, 0, BF, 2, 0, 0.05f, 0, 0});
+        cases.push_back({1, 512, 512, 2, 2, 128, 1, BF, 2, 0, 0.1f, 0, 0});
+        cases.push_back({2, 100, 1300, 2, 1, 128, 0, FP, 2, 0, 0.2f, 1, 0});
+        cases.push_back({1, 64, 64, 1, 1, 64, 0, FP, 1, 0.0, 0, 0, 0});    // nothing kept
+        cases.push_back({1, 1, 1, 1, 1, 128, 0, BF, 0, 0, 0, 0, 0});       // one token
+        cases.push_back({1, 256, 300, 4, 2, 128, 0, BF, 0, 0, 0, 0, 1});   // NaN row in head 0
+    }
+    int fails = 0;
+    for (auto &c : cases) fails += !run_case(c);
+    if (strcmp(what, "small")) fails += !check_selection_synthetic();
+    printf("%s: %d case(s) failed\n", what, fails);
+    return fails ? 1 : 0;
+}

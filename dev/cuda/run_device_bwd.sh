@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call for the backward: build the checker, check correctness against the float64 CPU
+# reference, compute-sanitizer (memcheck, racecheck) on small shapes, time BackLite and the SDPA
+# peers. Logs go to $OUT (bwd-*.txt). Usage (repo root): bash dev/cuda/run_device_bwd.sh [steps]
+# steps: any of build check sanitize bench sdpa (default: all).
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT" build/dev
+STEPS=${*:-build check sanitize bench sdpa}
+NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -I include -I src -I src/cuda"
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+if has build; then
+  (nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1) > "$OUT/bwd-env.txt" 2>&1
+  pids=()
+  for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
+    nvcc $NVFLAGS -Xptxas=-v,--warn-on-spills -c "$f" -o "build/dev/$(basename "$f" .cu).o" > "build/dev/$(basename "$f" .cu).log" 2>&1 &
+    pids+=($!)
+  done
+  gcc -O2 -I include -I src -c src/select.c -o build/dev/select.o && gcc -O2 -I include -I src -c src/error.c -o build/dev/error.o
+  for p in "${pids[@]}"; do wait "$p" || { cat build/dev/*.log; exit 1; }; done
+  grep -hE "registers|spill" build/dev/attn_bwd_sm90.log | sort | uniq -c > "$OUT/bwd-ptxas.txt"
+  nvcc -gencode=arch=compute_90a,code=sm_90a -o build/dev/attn_bwd build/dev/*.o || exit 1
+  cuobjdump --dump-sass build/dev/attn_bwd_sm90.o | grep -cE "HMMA" >> "$OUT/bwd-ptxas.txt"
+fi
+if has check; then
+  timeout 120 ./build/dev/attn_bwd check 2>&1 | tee "$OUT/bwd-check.txt"
+fi
+if has sanitize; then
+  { timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/dev/attn_bwd small; echo "memcheck rc=$?";
+    timeout 90 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 ./build/dev/attn_bwd small; echo "racecheck rc=$?"; } 2>&1 | tail -40 | tee "$OUT/bwd-sanitize.txt"
+fi
+if has bench; then
+  timeout 120 ./build/dev/attn_bwd bench 2>&1 | tee "$OUT/bwd-bench.txt"
+fi
+if has sdpa; then
+  timeout 90 python3 dev/cuda/sdpa_bwd_ref.py 2>&1 | grep -v Warning | tee "$OUT/bwd-sdpa.txt"
+fi
+echo "==== summary"; cat "$OUT/bwd-ptxas.txt" 2>/dev/null
+grep -hE "FAIL|failed|rc=|TFLOP|x dense" "$OUT"/bwd-check.txt "$OUT"/bwd-sanitize.txt "$OUT"/bwd-bench.txt "$OUT"/bwd-sdpa.txt 2>/dev/null
