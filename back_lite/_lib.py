@@ -205,10 +205,21 @@ def backend_available(backend: int) -> bool:
     return bool(lib.bl_backend_available(backend))
 
 
-def tile_shape(backend: int) -> tuple[int, int]:
+def _query_tile_shape(backend: int) -> tuple[int, int]:
     tm, tn = ctypes.c_int(0), ctypes.c_int(0)
     check(lib.bl_tile_shape(backend, ctypes.byref(tm), ctypes.byref(tn)), "bl_tile_shape")
     return tm.value, tn.value
+
+
+# Queried once at import: the tile shape is fixed per backend, and torch.compile cannot trace
+# a ctypes call while it computes the shapes of fake tensors.
+_TILE_SHAPES = {backend: _query_tile_shape(backend)
+                for backend in (BL_BACKEND_CPU, BL_BACKEND_CUDA)}
+
+
+def tile_shape(backend: int) -> tuple[int, int]:
+    """(TM, TN) of a backend (bl_tile_shape)."""
+    return _TILE_SHAPES[backend]
 
 
 def workspace_size(desc: BlAttnDesc, op: int, with_stats: bool) -> int:
