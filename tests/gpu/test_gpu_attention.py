@@ -1,0 +1,186 @@
+"""The CUDA backend against the float64 reference, on the device (skipped without one).
+
+Exact gradient comparisons use the explicit-mask path (the mask is known on both sides); the
+GPU's own selection from W is compared with the reference selection except at near-threshold
+ties; larger shapes (S = 4096, D = 128, GQA) check the scheduling of many tiles."""
+import math
+
+import pytest
+import torch
+
+import back_lite
+import reference as ref
+from inputs import local_qkv, random_qkv
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to PyTorch (torch.cuda.is_available() is False)",
+                allow_module_level=True)
+if not back_lite.backend_available("cuda"):
+    pytest.skip("the BackLite library has no usable CUDA backend (not compiled in with nvcc, "
+                "or no compute capability 9.0 device)", allow_module_level=True)
+
+DEV = "cuda"
+DTYPES = [torch.bfloat16, torch.float16]
+LENGTHS = [(1, 1), (63, 63), (65, 130), (130, 63), (130, 130), (129, 257), (1000, 1000)]
+
+
+def tile():
+    return back_lite.tile_shape(DEV)
+
+
+def lowp_autograd(q, k, v, dout, scale, causal):
+    ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out, _, _ = ref.attention(ql, kl, vl, scale, causal, q.dtype)
+    return torch.autograd.grad(out, (ql, kl, vl), dout)
+
+
+def check_forward(q, k, v, causal):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    out, lse, w = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+    out64, lse64, p64 = ref.attention(q, k, v, scale, causal)
+    out_pt, lse_pt, p_pt = ref.attention(q, k, v, scale, causal, q.dtype)
+    ref.check_close("out", out, out64, out_pt)
+    ref.check_close("lse", lse, lse64, lse_pt)
+    ref.check_close("W", w, ref.tile_mass(p64, *tile()), ref.tile_mass(p_pt.float(), *tile()))
+    return out, lse, w
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlens", LENGTHS, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gpu_forward(dtype, head_dim, causal, seqlens):
+    q, k, v = random_qkv(2, seqlens[0], seqlens[1], 4, 2, head_dim, dtype, DEV)
+    check_forward(q, k, v, causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlens", LENGTHS, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gpu_dense_backward(dtype, head_dim, causal, seqlens):
+    q, k, v = random_qkv(2, seqlens[0], seqlens[1], 4, 2, head_dim, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    scale = 1.0 / math.sqrt(head_dim)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    out = back_lite.BackLite(negl_prob=0.0)(qg, kg, vg, causal=causal)
+    got = torch.autograd.grad(out, (qg, kg, vg), dout)
+    want = ref.dense_autograd(q, k, v, dout, scale, causal)
+    base = lowp_autograd(q, k, v, dout, scale, causal)
+    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
+        ref.check_close(name, g, w, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_explicit_mask_backward(dtype, head_dim, causal):
+    q, k, v = random_qkv(2, 300, 520, 4, 2, head_dim, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    tm, tn = back_lite.num_tiles(300, 520, DEV)
+    mask = torch.rand(2, 4, tm, tn, device=DEV) < 0.5
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    scale = 1.0 / math.sqrt(head_dim)
+    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
+    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), dtype)
+    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
+        ref.check_close(name, g, w, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("negl_prob", [0.02, 0.1, 0.3])
+def test_gpu_sparse_backward(dtype, causal, negl_prob):
+    q, k, v = local_qkv(1, 1024, 4, 2, 128, dtype, DEV, sharpness=8.0)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse, w = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+    mask = back_lite.select(w, negl_prob)
+    want_mask, ambiguous = ref.select(w, negl_prob)
+    assert torch.equal(mask | ambiguous, want_mask | ambiguous)
+    assert back_lite.backward_sparsity(mask, 1024, 1024, causal) > 0.1
+    got = back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=negl_prob,
+                             causal=causal)
+    explicit = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    scale = 1.0 / math.sqrt(128)
+    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
+    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), dtype)
+    for name, g, e, w, b in zip(("dq", "dk", "dv"), got, explicit, want, base):
+        ref.check_close(name, g, w, b)
+        ref.check_close(name + " (explicit mask)", e, w, b)
+
+
+def test_gpu_select_matches_reference():
+    w = torch.rand(3, 8, 40, 70, device=DEV) ** 4
+    w[0, 0, 0] = 0.0
+    w[0, 0, 1, 3] = math.nan
+    for negl_prob in (0.0, 0.01, 0.1, 0.5, 0.9):
+        got = back_lite.select(w, negl_prob)
+        want, ambiguous = ref.select(w, negl_prob)
+        assert torch.equal(got | ambiguous, want | ambiguous), negl_prob
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_large_gqa(causal):
+    """B=1, S=4096, Hq=8, Hk=2, D=128, bf16: forward, and the explicit-mask backward."""
+    q, k, v = local_qkv(1, 4096, 8, 2, 128, torch.bfloat16, DEV, width=64.0)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, w = check_forward(q, k, v, causal)
+    mask = back_lite.select(w, 0.05)
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    scale = 1.0 / math.sqrt(128)
+    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
+    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), torch.bfloat16)
+    for name, g, wt, b in zip(("dq", "dk", "dv"), got, want, base):
+        ref.check_close(name, g, wt, b)
+
+
+def test_gpu_matches_cpu_backend_selection_inputs():
+    """The same problem on both backends gives close tile masses (the selection's input)."""
+    q, k, v = local_qkv(1, 512, 2, 2, 64, torch.bfloat16, sharpness=8.0)
+    _, _, w_cpu = back_lite.forward(q, k, v, with_stats=True)
+    _, _, w_gpu = back_lite.forward(q.to(DEV), k.to(DEV), v.to(DEV), with_stats=True)
+    torch.testing.assert_close(w_gpu.cpu(), w_cpu, rtol=1e-3, atol=1e-3)
+
+
+def test_gpu_nan_stays_in_its_row():
+    q, k, v = random_qkv(2, 200, 200, 4, 2, 64, torch.bfloat16, DEV)
+    q[0, 5, 1, 3] = math.nan
+    out, lse, w = back_lite.forward(q, k, v, with_stats=True)
+    assert torch.isnan(out[0, 5, 1]).all()
+    out[0, 5, 1] = 0.0
+    assert torch.isfinite(out).all()
+
+
+def test_gpu_compile_fullgraph():
+    torch._dynamo.reset()
+    q, k, v = local_qkv(1, 1024, 4, 2, 128, torch.bfloat16, DEV, sharpness=8.0)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    attn = back_lite.BackLite(negl_prob=0.05)
+
+    def run(fn):
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+        out = fn(qg, kg, vg)
+        return (out,) + torch.autograd.grad(out, (qg, kg, vg), dout)
+
+    eager = run(lambda a, b, c: attn(a, b, c, causal=True))
+    compiled = run(torch.compile(lambda a, b, c: attn(a, b, c, causal=True), fullgraph=True))
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+
+
+def test_gpu_fp32_is_rejected_with_its_name():
+    q, k, v = random_qkv(1, 64, 64, 2, 2, 64, torch.float32, DEV)
+    with pytest.raises(ValueError, match="torch.float32 is CPU only"):
+        back_lite.forward(q, k, v)
+
+
+def test_gpu_runs_on_a_side_stream():
+    q, k, v = random_qkv(1, 300, 300, 4, 2, 128, torch.bfloat16, DEV)
+    expected, _, _ = back_lite.forward(q, k, v)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out, _, _ = back_lite.forward(q, k, v)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(out, expected)
