@@ -1,0 +1,250 @@
+"""BackLite benchmark on one GPU (method: DESIGN.md §3).
+
+For each shape: dense forward / backward TFLOP/s of BackLite against PyTorch SDPA with the cuDNN and the
+FLASH (FlashAttention-2) backends, measured in the same run; forward with and without tile statistics;
+the sparse backward against its kept fraction on structured (video-grid, local) inputs, both from
+W + negl_prob and from explicit random masks of set densities; FlexAttention with a block mask of the
+same density; the bytes of saved statistics.
+
+    python bench/bench_attn.py --out bench/results/<name>.json      # full run (GPU)
+    python bench/bench_attn.py --quick                              # one small shape
+
+TFLOP/s by the FlashAttention convention: forward 4*B*Hq*Sq*Sk*D (half for causal), backward 2.5x.
+Timing: CUDA events around each call after warm-up, median of `--reps` runs.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import back_lite
+from back_lite import functional as blf
+
+SHAPES_FULL = [  # (B, S, H, D)
+    (1, 16384, 16, 128),
+    (1, 32768, 24, 128),
+    (1, 16384, 16, 64),
+    (4, 4096, 16, 64),
+]
+SHAPES_QUICK = [(1, 4096, 8, 128)]
+NEGL_PROBS = [0.01, 0.05, 0.2, 0.5]
+RANDOM_MASK_KEEP = [1.0, 0.5, 0.25, 0.1, 0.03, 0.01]
+
+
+def time_ms(fn, reps: int, warmup: int = 3) -> float:
+    """Median milliseconds of fn() over `reps` runs, each between two CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def fwd_flops(b, s, h, d, causal):
+    return 4.0 * b * h * s * s * d / (2.0 if causal else 1.0)
+
+
+def video_qkv(batch, seqlen, heads, head_dim, dtype, device, width=3.0, sharpness=8.0, seed=0):
+    """Tokens on a (T, Y, X) video grid in raster order; q . k falls off with the 3-D distance
+    between tokens (random Fourier features of a Gaussian kernel of `width` grid cells), so each
+    query attends to a local neighbourhood, as in video diffusion transformers. v is random."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    side = round((seqlen / 4) ** (1 / 3))                 # T = side, Y = X = 2*side, about
+    y = x = max(1, 2 * side)
+    t = math.ceil(seqlen / (y * x))
+    grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(y), torch.arange(x),
+                                      indexing="ij"), -1).reshape(-1, 3)[:seqlen].double()
+    freqs = torch.randn(3, head_dim // 2, generator=gen, dtype=torch.float64) / width
+    angle = grid @ freqs                                   # (S, D/2)
+    feat = torch.cat([angle.cos(), angle.sin()], -1) / math.sqrt(head_dim // 2)
+    # score = scale * amp^2 * kernel; amp^2 = sharpness * sqrt(D) makes the peak `sharpness`
+    amp = math.sqrt(sharpness * math.sqrt(head_dim))
+    noise = lambda: 0.3 * torch.randn(batch, seqlen, heads, head_dim, generator=gen,
+                                      dtype=torch.float64) / math.sqrt(head_dim)
+    q = amp * feat[None, :, None, :] + noise()
+    k = amp * feat[None, :, None, :] + noise()
+    v = torch.randn(batch, seqlen, heads, head_dim, generator=gen, dtype=torch.float64)
+    return [z.to(device=device, dtype=dtype).contiguous() for z in (q, k, v)]
+
+
+def random_qkv(batch, seqlen, heads, head_dim, dtype, device):
+    return [torch.randn(batch, seqlen, heads, head_dim, device=device, dtype=dtype)
+            for _ in range(3)]
+
+
+def sdpa_times(q, k, v, causal, reps):
+    """(fwd_ms, bwd_ms) for each SDPA backend that runs on this input; (B, S, H, D) -> (B, H, S, D)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    res = {}
+    qt, kt, vt = (z.transpose(1, 2).detach().requires_grad_() for z in (q, k, v))
+    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                dout = torch.randn_like(out)
+                fwd = time_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+                              reps)
+                bwd = time_ms(lambda: torch.autograd.grad(out, (qt, kt, vt), dout,
+                                                          retain_graph=True), reps)
+            res[name] = (fwd, bwd)
+        except Exception as exc:  # a backend that does not support this shape/dtype
+            print(f"  {name}: not run ({type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
+    return res
+
+
+def flex_time(q, k, v, mask, reps):
+    """fwd+bwd ms of FlexAttention whose block mask skips the same (64 x 128) tiles as `mask`."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    tm, tn = blf.tile_shape(q.device)
+    b, s, h, _ = q.shape
+    tiles = mask.contiguous()
+
+    def mask_mod(bi, hi, qi, ki):
+        return tiles[bi, hi, qi // tm, ki // tn]
+
+    block_mask = create_block_mask(mask_mod, b, h, s, s, device=q.device, BLOCK_SIZE=(tm, tn))
+    flex = torch.compile(flex_attention)
+    qt, kt, vt = (z.transpose(1, 2).detach().requires_grad_() for z in (q, k, v))
+    dout = torch.randn_like(qt)
+
+    def step():
+        out = flex(qt, kt, vt, block_mask=block_mask)
+        torch.autograd.grad(out, (qt, kt, vt), dout)
+
+    return time_ms(step, reps)
+
+
+def random_tile_mask(b, h, tm, tn, keep, device, seed=0):
+    """(B, H, Tm, Tn) bool with about `keep` of each row tile kept (at least one tile)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    scores = torch.rand(b, h, tm, tn, generator=gen)
+    kth = max(1, round(keep * tn))
+    thresh = scores.topk(kth, dim=-1).values[..., -1:]
+    return (scores >= thresh).to(device)
+
+
+def bench_shape(shape, dtype, causal, reps, with_flex):
+    b, s, h, d = shape
+    dev = torch.device("cuda")
+    rows = {"shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "causal": causal}
+    fl = fwd_flops(b, s, h, d, causal)
+    q, k, v = random_qkv(b, s, h, d, dtype, dev)
+    dout = torch.randn_like(q)
+
+    # dense forward, with and without statistics
+    f_plain = time_ms(lambda: blf.forward(q, k, v, causal=causal), reps)
+    f_stats = time_ms(lambda: blf.forward(q, k, v, causal=causal, with_stats=True), reps)
+    out, lse, w = blf.forward(q, k, v, causal=causal, with_stats=True)
+    b_dense = time_ms(lambda: blf.backward(dout, q, k, v, out, lse, causal=causal), reps)
+    rows["backlite"] = {"fwd_ms": f_plain, "fwd_stats_ms": f_stats, "bwd_ms": b_dense,
+                        "fwd_tflops": fl / f_plain / 1e9, "bwd_tflops": 2.5 * fl / b_dense / 1e9,
+                        "stats_overhead": f_stats / f_plain}
+    rows["stats_bytes"] = w.numel() * 4
+    rows["per_row_stats_bytes"] = b * h * s * w.shape[-1] * 4  # the seed design's (B,H,Sq,Tn) fp32
+    for name, (fw, bw) in sdpa_times(q, k, v, causal, reps).items():
+        rows[name] = {"fwd_ms": fw, "bwd_ms": bw, "fwd_tflops": fl / fw / 1e9,
+                      "bwd_tflops": 2.5 * fl / bw / 1e9}
+
+    # sparse backward from random explicit masks: time against kept fraction
+    tm, tn = w.shape[-2:]
+    computable = blf.computable_tiles(s, s, causal, dev)
+    sparse = []
+    for keep in RANDOM_MASK_KEEP:
+        mask = random_tile_mask(b, h, tm, tn, keep, dev) & computable
+        kept = 1.0 - blf.backward_sparsity(mask, s, s, causal)
+        t = time_ms(lambda: blf.backward(dout, q, k, v, out, lse, mask=mask, causal=causal), reps)
+        row = {"source": "random mask", "kept": kept, "bwd_ms": t, "vs_dense": t / b_dense,
+               "bar_10pct": t <= (kept + 0.10) * b_dense, "bar_2pct": t <= (kept + 0.02) * b_dense}
+        if with_flex and keep < 1.0:
+            try:
+                row["flex_fwd_bwd_ms"] = flex_time(q, k, v, mask, reps)
+            except Exception as exc:
+                row["flex_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        sparse.append(row)
+
+    # sparse backward from W + negl_prob on structured (video-grid) inputs
+    qs, ks, vs = video_qkv(b, s, h, d, dtype, dev)
+    outs, lses, ws = blf.forward(qs, ks, vs, causal=causal, with_stats=True)
+    b_dense_s = time_ms(lambda: blf.backward(dout, qs, ks, vs, outs, lses, causal=causal), reps)
+    for negl in NEGL_PROBS:
+        mask = blf.select(ws, negl)
+        kept = 1.0 - blf.backward_sparsity(mask, s, s, causal)
+        t = time_ms(lambda: blf.backward(dout, qs, ks, vs, outs, lses, tile_mass=ws,
+                                         negl_prob=negl, causal=causal), reps)
+        sparse.append({"source": f"video W, negl_prob={negl}", "kept": kept, "bwd_ms": t,
+                       "vs_dense": t / b_dense_s, "bar_10pct": t <= (kept + 0.10) * b_dense_s,
+                       "bar_2pct": t <= (kept + 0.02) * b_dense_s})
+    rows["sparse"] = sparse
+    return rows
+
+
+def print_table(results):
+    print("\n| shape (B,S,H,D) | causal | BackLite fwd / bwd TFLOP/s | cuDNN fwd / bwd | FLASH fwd / bwd "
+          "| stats overhead | W bytes (per-row design) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        bl = r["backlite"]
+        cell = lambda k: (f"{r[k]['fwd_tflops']:.0f} / {r[k]['bwd_tflops']:.0f}" if k in r else "n/a")
+        print(f"| {tuple(r['shape'])} | {r['causal']} | {cell('backlite')} | {cell('sdpa_cudnn')} "
+              f"| {cell('sdpa_flash')} | {bl['stats_overhead']:.3f}x | {r['stats_bytes']:,} "
+              f"({r['per_row_stats_bytes']:,}) |")
+    print("\n| shape | causal | source | kept | sparse bwd ms | / dense | <= kept+10% | <= kept+2% "
+          "| flex fwd+bwd ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        for sp in r["sparse"]:
+            flex = f"{sp['flex_fwd_bwd_ms']:.2f}" if "flex_fwd_bwd_ms" in sp else sp.get("flex_error", "")[:40]
+            print(f"| {tuple(r['shape'])} | {r['causal']} | {sp['source']} | {sp['kept']:.3f} "
+                  f"| {sp['bwd_ms']:.3f} | {sp['vs_dense']:.3f} | {sp['bar_10pct']} | {sp['bar_2pct']} "
+                  f"| {flex} |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one small shape, few repetitions")
+    ap.add_argument("--reps", type=int, default=None, help="timed runs per measurement (median)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    ap.add_argument("--causal", default="both", choices=["no", "yes", "both"])
+    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compile is slow)")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available() or not blf.backend_available("cuda"):
+        sys.exit("bench_attn.py needs a CUDA device and the BackLite CUDA backend "
+                 f"(torch.cuda.is_available()={torch.cuda.is_available()})")
+    dtype = getattr(torch, args.dtype)
+    shapes = SHAPES_QUICK if args.quick else SHAPES_FULL
+    reps = args.reps or (5 if args.quick else 15)
+    causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
+    results = []
+    for shape in shapes:
+        for causal in causals:
+            print(f"shape {shape} causal={causal} ...", file=sys.stderr, flush=True)
+            results.append(bench_shape(shape, dtype, causal, reps, not args.no_flex))
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "back_lite": back_lite.version, "command": " ".join(["python"] + sys.argv),
+            "dtype": args.dtype, "reps": reps}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "results": results}, f, indent=1)
+    print(json.dumps(meta))
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()
