@@ -11,9 +11,9 @@
 //     registers (no shared-memory round trip) and V from shared memory (transposed operand).
 //   - Statistics (template flag STATS, compiled out otherwise): after the exp of key tile n each
 //     row's tile sum gives a log2-mass log2(tile_sum) + m_used; it is parked in the CTA's own slot
-//     of the workspace ((grid, Tn, 128) floats, L2-resident, reused by the CTA's next work tile),
+//     of the workspace ((grid, 128, Tn) floats, L2-resident, reused by the CTA's next work tile),
 //     and the epilogue, once lse is known, reduces W[m, n] = sum_rows exp2(logmass - lse2) for its
-//     64-row tile. Every W entry is written by exactly one warp: no atomics, no memset.
+//     64-row tile. Every W entry is written by exactly one thread: no atomics, no memset.
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -34,7 +34,6 @@ constexpr int kBlockM = kRowsPerWarpgroup * kWarpgroups;  // query rows per work
 constexpr int kBlockN = BL_TILE_N;                        // keys per iteration = one W column
 constexpr int kThreadsPerWarpgroup = 128;
 constexpr int kThreads = kWarpgroups * kThreadsPerWarpgroup;
-constexpr int kWarpsPerWarpgroup = kThreadsPerWarpgroup / 32;
 constexpr int kRowsPerWarp = 16;  // wgmma accumulator: each warp holds 16 rows of the 64
 constexpr int kPanelCols = BL_SWIZZLE_ROW_BYTES / 2;  // 16-bit columns per swizzled panel
 constexpr int kChunkElems = 8;                        // 16-bit elements per 16-byte chunk
@@ -51,17 +50,9 @@ constexpr float kLog2e = 1.442695040888963407f;
 constexpr int kBarrierWarpgroup0 = 1;
 
 // Descriptor strides of the transposed (MN-major) V operand: LBO steps between 64-column panels
-// of V (along D), SBO between groups of 8 keys. BL_FWD_PROBE_V_DESC_SWAP exists only for the dev
-// checker (dev/cuda/attn_fwd.cu), to tell a wrong guess of the two fields from other bugs.
-template <int D>
-constexpr uint32_t kVPanelStride = kBlockN * BL_SWIZZLE_ROW_BYTES;
-#ifndef BL_FWD_PROBE_V_DESC_SWAP
-template <int D> constexpr uint32_t kVDescLbo = kVPanelStride<D>;
-template <int D> constexpr uint32_t kVDescSbo = BL_SWIZZLE_GROUP_BYTES;
-#else
-template <int D> constexpr uint32_t kVDescLbo = BL_SWIZZLE_GROUP_BYTES;
-template <int D> constexpr uint32_t kVDescSbo = kVPanelStride<D>;
-#endif
+// of V (along D), SBO between groups of 8 keys (checked on the H200, bench/notes-fwd.md run 1).
+constexpr uint32_t kVDescLbo = kBlockN * BL_SWIZZLE_ROW_BYTES;
+constexpr uint32_t kVDescSbo = BL_SWIZZLE_GROUP_BYTES;
 
 // Shared-memory map for head dim D (byte offsets from a 1024-aligned base).
 template <int D>
@@ -87,7 +78,7 @@ struct FwdParams {
     int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;  // elements
     float *lse;        // lse: (B, Hq, Sq) fp32 contiguous, natural log
     float *tile_mass;  // tile_mass: (B, Hq, Tm, Tn) fp32 contiguous (STATS only)
-    float *stats_ws;   // stats_ws: (gridDim.x, Tn, kBlockM) fp32, per-row tile log2-masses
+    float *stats_ws;   // stats_ws: (gridDim.x, kBlockM, Tn) fp32, per-row tile log2-masses
     int64_t seqlen_q, seqlen_k;
     int batch, heads_q, heads_per_kv;
     int num_mblocks;  // ceil(Sq / kBlockM)
@@ -185,12 +176,26 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
     const int64_t causal_shift = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + shift
     float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kBlockM : nullptr;
 
-    for (int work = blockIdx.x; work < p.num_work; work += gridDim.x) {
-        // Head-major order: the CTAs running at one time share one (b, h), so its K/V stay in L2
-        // instead of every CTA streaming a different head's K/V from memory.
-        const int bh = work / p.num_mblocks;
-        int mb = work - bh * p.num_mblocks;
-        if (CAUSAL) mb = p.num_mblocks - 1 - mb;  // longest rows first: better tail balance
+    for (int round = 0;; ++round) {
+        // Static schedule, round r gives CTA i work r*grid + i.
+        // Non-causal: head-major order, so that the CTAs running at one time share one (b, h)
+        // and its K/V stay in L2 instead of every CTA streaming a different head from memory.
+        // Causal: work tiles differ in length (the row block's distance to the diagonal), so
+        // they go longest first across all heads, and every other round runs in reverse CTA
+        // order (snake) so that no CTA always draws the longest tile of its round.
+        int slot_in_round = blockIdx.x;
+        if (CAUSAL && (round & 1)) slot_in_round = gridDim.x - 1 - blockIdx.x;
+        const int work = round * gridDim.x + slot_in_round;
+        if (work >= p.num_work) break;
+        int bh, mb;
+        if (CAUSAL) {
+            const int bh_count = p.batch * p.heads_q;
+            mb = p.num_mblocks - 1 - work / bh_count;
+            bh = work % bh_count;
+        } else {
+            bh = work / p.num_mblocks;
+            mb = work - bh * p.num_mblocks;
+        }
         const int b = bh / p.heads_q;
         const int h = bh - b * p.heads_q;
         const int hk = h / p.heads_per_kv;
@@ -319,16 +324,6 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
             }
 #pragma unroll
             for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
-            if (STATS) {
-                // Row tile log2-mass of key tile n; parked until the row's lse is known.
-                const float lm0 = lg2_approx(quad_sum(rowsum[0])) + m_use[0];
-                const float lm1 = lg2_approx(quad_sum(rowsum[1])) + m_use[1];
-                if (quad_col == 0) {
-                    float *dst = ws + (int64_t)n * kBlockM + wg_row0;
-                    __stcg(dst, lm0);
-                    __stcg(dst + 8, lm1);
-                }
-            }
 
             // ---- P (bf16/fp16 A fragments, straight from the accumulator layout) ----
             uint32_t pa[kPVSteps][4];
@@ -354,9 +349,22 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
 #pragma unroll
             for (int kk = 0; kk < kPVSteps; ++kk) {
                 const uint32_t vb = sV + kk * (kMmaK * BL_SWIZZLE_ROW_BYTES);
-                mma_pv<BF16>(o, pa[kk], wgmma_desc_sw128(vb, kVDescLbo<D>, kVDescSbo<D>));
+                mma_pv<BF16>(o, pa[kk], wgmma_desc_sw128(vb, kVDescLbo, kVDescSbo));
             }
             wgmma_commit();
+            if (STATS) {
+                // While the tensor cores run P V: the row tile log2-mass of key tile n, parked in
+                // the workspace until the row's lse is known. Two shuffles leave the quad's sum of
+                // row (quad_col & 1) in every thread: exchange the row a thread does not keep, then
+                // add the other pair's sum.
+                const bool odd = quad_col & 1;
+                float mine = odd ? rowsum[1] : rowsum[0];
+                mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
+                mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+                if (quad_col < 2)
+                    __stcg(ws + (int64_t)(wg_row0 + 8 * quad_col) * p.num_ktiles + n,
+                           lg2_approx(mine) + (odd ? m_use[1] : m_use[0]));
+            }
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < kORegs; ++i) reg_fence(o[i]);
@@ -393,19 +401,19 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
             named_barrier_sync(kBarrierWarpgroup0 + wg, kThreadsPerWarpgroup);
             const int64_t mtile = row0 / kRowsPerWarpgroup + wg;
             if (mtile < p.num_mtiles) {
-                const int r_lo = wg * kRowsPerWarpgroup + lane;  // lane's two rows: r_lo, r_lo+32
-                const float la = s_lse2[r_lo], lb = s_lse2[r_lo + 32];
+                // One key tile per thread: 64 independent loads, coalesced across the warp.
+                const float *lse2_rows = s_lse2 + wg * kRowsPerWarpgroup;
+                const float *ws_rows = ws + (int64_t)(wg * kRowsPerWarpgroup) * p.num_ktiles;
                 float *wrow = p.tile_mass +
                               (((int64_t)b * p.heads_q + h) * p.num_mtiles + mtile) * p.num_ktiles;
-                for (int n = warp; n < p.num_ktiles; n += kWarpsPerWarpgroup) {
+                for (int n = tid % kThreadsPerWarpgroup; n < p.num_ktiles; n += kThreadsPerWarpgroup) {
                     float w = 0.f;
                     if (n < n_end) {
-                        const float *col = ws + (int64_t)n * kBlockM;
-                        w = ex2_approx(__ldcg(col + r_lo) - la) + ex2_approx(__ldcg(col + r_lo + 32) - lb);
-#pragma unroll
-                        for (int off = 16; off > 0; off >>= 1) w += __shfl_xor_sync(0xffffffffu, w, off);
+#pragma unroll 16
+                        for (int r = 0; r < kRowsPerWarpgroup; ++r)
+                            w += ex2_approx(__ldcg(ws_rows + (int64_t)r * p.num_ktiles + n) - lse2_rows[r]);
                     }
-                    if (lane == 0) wrow[n] = w;
+                    wrow[n] = w;
                 }
             }
         }
@@ -423,7 +431,7 @@ bl_status sm_count(int *count) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Stats workspace: one (Tn, kBlockM) float slot per resident CTA (one CTA per SM).
+// Stats workspace: one (kBlockM, Tn) float slot per resident CTA (one CTA per SM).
 size_t stats_workspace_bytes(const bl_attn_desc *d, int sms) {
     return (size_t)sms * (size_t)ceil_div(d->seqlen_k, kBlockN) * kBlockM * sizeof(float);
 }
