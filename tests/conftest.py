@@ -15,3 +15,11 @@ torch.set_num_threads(min(torch.get_num_threads(), 2))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def pytest_report_header(config):
+    import back_lite
+
+    return (f"back_lite {back_lite.version} from {os.path.dirname(back_lite.__file__)}; "
+            f"library {back_lite.library_path}; CUDA backend usable: "
+            f"{back_lite.backend_available('cuda')}")
