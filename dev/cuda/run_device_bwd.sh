@@ -2,7 +2,7 @@
 # One device call for the backward: build the checker, check correctness against the float64 CPU
 # reference, compute-sanitizer (memcheck, racecheck) on small shapes, time BackLite and the SDPA
 # peers. Logs go to $OUT (bwd-*.txt). Usage (repo root): bash dev/cuda/run_device_bwd.sh [steps]
-# steps: any of build check sanitize bench sdpa (default: all).
+# steps: any of build check sanitize bench ncu sdpa (default: all but ncu).
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT" build/dev
@@ -32,6 +32,14 @@ if has sanitize; then
 fi
 if has bench; then
   timeout 120 ./build/dev/attn_bwd bench 2>&1 | tee "$OUT/bwd-bench.txt"
+fi
+if has ncu; then
+  # One launch of the main kernel (dense, S=8192, H=16, D=128, bf16): where its time goes.
+  timeout 150 ncu --clock-control none -k regex:bl_attn_bwd_kernel -s 2 -c 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    ./build/dev/attn_bwd one > "$OUT/bwd-ncu.txt" 2>&1; echo "ncu rc=$?"
+  grep -E "Duration|Throughput|Pipe|Issue|Stall|stall|Warp Cycles|Registers|Shared Memory|Bank|Achieved|Eligible|L2 Hit|Mem Busy|Max Bandwidth" "$OUT/bwd-ncu.txt" | head -60
 fi
 if has sdpa; then
   timeout 90 python3 dev/cuda/sdpa_bwd_ref.py 2>&1 | grep -v Warning | tee "$OUT/bwd-sdpa.txt"

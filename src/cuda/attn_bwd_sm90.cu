@@ -66,12 +66,16 @@ template <int D>
 struct smem_layout {
     static constexpr int K = 0;
     static constexpr int V = K + BN * D;
-    static constexpr int Q = V + BN * D;       // two buffers of BM x D
-    static constexpr int DO = Q + 2 * BM * D;  // two buffers of BM x D
-    static constexpr int DS = DO + 2 * BM * D; // BN x BM: dS^T
-    static constexpr int HALF_ELEMS = DS + BN * BM;
+    static constexpr int Q = V + BN * D;        // two buffers of BM x D
+    static constexpr int DO = Q + 2 * BM * D;   // two buffers of BM x D
+    static constexpr int DS = DO + 2 * BM * D;  // two buffers of BN x BM: dS^T
+    static constexpr int HALF_ELEMS = DS + 2 * BN * BM;
     // then fp32: lse_log2[2][BM], dlt[2][BM]
-    static constexpr size_t BYTES = (size_t)HALF_ELEMS * 2 + 4 * BM * sizeof(float);
+    static constexpr size_t USED = (size_t)HALF_ELEMS * 2 + 4 * BM * sizeof(float);
+    // The kernel rounds its base up to BASE_ALIGN so that every tile starts on a 256-byte
+    // boundary and the swizzled chunk bits of an address can be flipped with an XOR immediate.
+    static constexpr size_t BASE_ALIGN = 1024;
+    static constexpr size_t BYTES = USED + BASE_ALIGN;
 };
 
 // Issues the cp.async loads of list entry (h, m) into buffer `buf`: Q and dO rows (zero past Sq),
@@ -107,17 +111,27 @@ __device__ __forceinline__ void load_row_tile(const bwd_params &p, T *smem, floa
     }
 }
 
+// Shared-memory addressing. A lane's ldmatrix row address is `base + row * row_bytes +
+// (chunk ^ (row & 7)) * 16`. Every row offset the loops add is a multiple of 8 rows, so row & 7
+// is the lane's own, and the loop's chunk bits never overlap the lane's: the address of step k is
+// (lane base) ^ (k's chunk bits) + (k's row offset), all immediates but one register per operand.
+constexpr uint32_t CHUNK_BYTES = 16;
+
 template <typename T, int D>
 __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_params p) {
     using L = smem_layout<D>;
     constexpr int ROW_CHUNKS = D / CHUNK;   // chunks per K/V/Q/dO row
     constexpr int DS_CHUNKS = BM / CHUNK;   // chunks per dS^T row
+    constexpr uint32_t RB = D * 2;          // bytes per K/V/Q/dO row
+    constexpr uint32_t RB_DS = BM * 2;      // bytes per dS^T row
     constexpr int NQ = BM / 8;              // n8 tiles of queries per warp (S^T, dP^T)
     constexpr int ND = D / 8;               // n8 tiles of head dim (dK, dV)
     constexpr int NDQ = D / 2 / 8;          // n8 tiles of head dim per warp in dQ
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    T *smem = reinterpret_cast<T *>(smem_raw);
-    float *s_rows = reinterpret_cast<float *>(smem_raw + (size_t)L::HALF_ELEMS * sizeof(T));
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) & ~(uintptr_t)(L::BASE_ALIGN - 1));
+    T *smem = reinterpret_cast<T *>(smem_base);
+    float *s_rows = reinterpret_cast<float *>(smem_base + (size_t)L::HALF_ELEMS * sizeof(T));
     // s_rows: [0..2*BM) lse_log2 for buffers 0/1, [2*BM..4*BM) dlt for buffers 0/1
 
     const bl_bwd_dims &dm = p.dm;
@@ -129,6 +143,7 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
     const int *list = p.lists + col * (dm.group * dm.tiles_m);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int lg = lane >> 2, lt = lane & 3;  // mma fragment row group / thread in group
+    const int l7 = lane & 7;
     const int64_t key0 = n * BN;
     const int kw = warp * KEYS_PER_WARP;
 
@@ -138,6 +153,9 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk_acc[t][e] = dv_acc[t][e] = 0.0f;
 
+    // List entries run one iteration ahead in registers, so no global load sits in front of a
+    // prefetch.
+    int e_cur = 0, e_next = 0;
     if (count > 0) {
         const T *kp = static_cast<const T *>(p.k);
         const T *vp = static_cast<const T *>(p.v);
@@ -151,33 +169,50 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
             bl_cp_async16(bl_smem_addr(smem + L::V + swz<ROW_CHUNKS>(r, ch)),
                           vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK, valid);
         }
-        const int e0 = list[0];
-        load_row_tile<T, D>(p, smem, s_rows, 0, b, g * dm.group + e0 / dm.tiles_m,
-                            e0 % dm.tiles_m);
+        e_cur = list[0];
+        e_next = count > 1 ? list[1] : 0;
+        load_row_tile<T, D>(p, smem, s_rows, 0, b, g * dm.group + e_cur / dm.tiles_m,
+                            e_cur % dm.tiles_m);
     }
     bl_cp_async_commit();
 
-    const uint32_t sK = bl_smem_addr(smem + L::K), sV = bl_smem_addr(smem + L::V);
-    const uint32_t sDS = bl_smem_addr(smem + L::DS);
+    const uint32_t s0 = bl_smem_addr(smem);
+    // Per-lane operand bases (see "Shared-memory addressing").
+    // A, non-transposed, from K / V rows kw + (lane & 15), chunk (lane >> 4):
+    const uint32_t a_row = (uint32_t)(kw + (lane & 15)) * RB + (uint32_t)(((lane >> 4) ^ l7) * CHUNK_BYTES);
+    const uint32_t aK = s0 + L::K * 2 + a_row, aV = s0 + L::V * 2 + a_row;
+    // B, non-transposed, from Q / dO rows (lane & 7) + 8 * (lane >> 4), chunk (lane >> 3) & 1:
+    const uint32_t b_row = (uint32_t)(l7 + ((lane >> 4) << 3)) * RB + (uint32_t)((((lane >> 3) & 1) ^ l7) * CHUNK_BYTES);
+    // B, transposed, from Q / dO / K rows (lane & 7) + 8 * ((lane >> 3) & 1), chunk (lane >> 4):
+    const uint32_t t_rowi = (uint32_t)(l7 + (((lane >> 3) & 1) << 3)) * RB;
+    const uint32_t t_row = t_rowi + (uint32_t)(((lane >> 4) ^ l7) * CHUNK_BYTES);
+    // dQ: this warp's 16 query rows and D/2 columns.
+    const int qb = 16 * (warp & 3);
+    const int dh = (warp >> 2) * (D / 2);
+    const uint32_t tK = s0 + L::K * 2 + t_rowi + (uint32_t)((((dh / CHUNK) + (lane >> 4)) ^ l7) * CHUNK_BYTES);
+    const uint32_t a_ds_row = (uint32_t)(l7 + ((lane >> 4) << 3)) * RB_DS +
+                              (uint32_t)((((qb / CHUNK) + ((lane >> 3) & 1)) ^ l7) * CHUNK_BYTES);
 
     for (int it = 0; it < count; ++it) {
         const int buf = it & 1;
-        const int e = list[it];
-        const int64_t hl = e / dm.tiles_m, m = e % dm.tiles_m;
+        const int64_t hl = e_cur / dm.tiles_m, m = e_cur % dm.tiles_m;
         const int64_t h = g * dm.group + hl;
-        if (it + 1 < count) {
-            const int en = list[it + 1];
-            load_row_tile<T, D>(p, smem, s_rows, buf ^ 1, b, g * dm.group + en / dm.tiles_m,
-                                en % dm.tiles_m);
-            bl_cp_async_commit();
-            bl_cp_async_wait<1>();
-        } else {
-            bl_cp_async_wait<0>();
-        }
+        bl_cp_async_wait<0>();
+        // This tile has landed for every thread, and every warp is done with iteration it-1:
+        // buffer buf^1 and dS buffer buf (read two iterations ago) are free.
         __syncthreads();
+        if (it + 1 < count) {
+            load_row_tile<T, D>(p, smem, s_rows, buf ^ 1, b, g * dm.group + e_next / dm.tiles_m,
+                                e_next % dm.tiles_m);
+            bl_cp_async_commit();
+        }
+        e_cur = e_next;
+        e_next = it + 2 < count ? list[it + 2] : 0;
 
-        const uint32_t sQ = bl_smem_addr(smem + L::Q + buf * BM * D);
-        const uint32_t sdO = bl_smem_addr(smem + L::DO + buf * BM * D);
+        const uint32_t bQ = s0 + (L::Q + buf * BM * D) * 2 + b_row;
+        const uint32_t bdO = s0 + (L::DO + buf * BM * D) * 2 + b_row;
+        const uint32_t tQ = s0 + (L::Q + buf * BM * D) * 2 + t_row;
+        const uint32_t tdO = s0 + (L::DO + buf * BM * D) * 2 + t_row;
         const float *lse2 = s_rows + buf * BM;
         const float *dlt = s_rows + (2 + buf) * BM;
 
@@ -190,12 +225,12 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             uint32_t a[4];
-            bl_ldmatrix_x4(a, sK + 2 * swz<ROW_CHUNKS>(kw + (lane & 15), 2 * kk + (lane >> 4)));
+            bl_ldmatrix_x4(a, aK ^ (kk * 2 * CHUNK_BYTES));
+            const uint32_t bk = bQ ^ (kk * 2 * CHUNK_BYTES);
 #pragma unroll
             for (int pq = 0; pq < NQ / 2; ++pq) {
                 uint32_t bq[4];
-                bl_ldmatrix_x4(bq, sQ + 2 * swz<ROW_CHUNKS>(16 * pq + (lane & 7) + ((lane >> 4) << 3),
-                                                            2 * kk + ((lane >> 3) & 1)));
+                bl_ldmatrix_x4(bq, bk + pq * 16 * RB);
                 bl_mma16816<T>(s[2 * pq], a, bq[0], bq[1]);
                 bl_mma16816<T>(s[2 * pq + 1], a, bq[2], bq[3]);
             }
@@ -242,9 +277,7 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
 #pragma unroll
             for (int dp = 0; dp < ND / 2; ++dp) {
                 uint32_t bb[4];
-                bl_ldmatrix_x4_trans(
-                    bb, sdO + 2 * swz<ROW_CHUNKS>(16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                                  2 * dp + (lane >> 4)));
+                bl_ldmatrix_x4_trans(bb, (tdO ^ (dp * 2 * CHUNK_BYTES)) + ks * 16 * RB);
                 bl_mma16816<T>(dv_acc[2 * dp], a, bb[0], bb[1]);
                 bl_mma16816<T>(dv_acc[2 * dp + 1], a, bb[2], bb[3]);
             }
@@ -259,12 +292,12 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             uint32_t a[4];
-            bl_ldmatrix_x4(a, sV + 2 * swz<ROW_CHUNKS>(kw + (lane & 15), 2 * kk + (lane >> 4)));
+            bl_ldmatrix_x4(a, aV ^ (kk * 2 * CHUNK_BYTES));
+            const uint32_t bk = bdO ^ (kk * 2 * CHUNK_BYTES);
 #pragma unroll
             for (int pq = 0; pq < NQ / 2; ++pq) {
                 uint32_t bq[4];
-                bl_ldmatrix_x4(bq, sdO + 2 * swz<ROW_CHUNKS>(16 * pq + (lane & 7) + ((lane >> 4) << 3),
-                                                             2 * kk + ((lane >> 3) & 1)));
+                bl_ldmatrix_x4(bq, bk + pq * 16 * RB);
                 bl_mma16816<T>(ds[2 * pq], a, bq[0], bq[1]);
                 bl_mma16816<T>(ds[2 * pq + 1], a, bq[2], bq[3]);
             }
@@ -278,8 +311,8 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
             ds[t][3] = s[t][3] * (ds[t][3] - dd.y);
         }
 
-        // ---- dK += dS^T Q; dS^T to shared memory for dQ ----
-        T *sds_ptr = smem + L::DS;
+        // ---- dK += dS^T Q; dS^T to shared memory (buffer buf) for dQ ----
+        T *sds_ptr = smem + L::DS + buf * BN * BM;
 #pragma unroll
         for (int ks = 0; ks < BM / 16; ++ks) {
             uint32_t a[4];
@@ -295,19 +328,16 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
 #pragma unroll
             for (int dp = 0; dp < ND / 2; ++dp) {
                 uint32_t bb[4];
-                bl_ldmatrix_x4_trans(
-                    bb, sQ + 2 * swz<ROW_CHUNKS>(16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                                 2 * dp + (lane >> 4)));
+                bl_ldmatrix_x4_trans(bb, (tQ ^ (dp * 2 * CHUNK_BYTES)) + ks * 16 * RB);
                 bl_mma16816<T>(dk_acc[2 * dp], a, bb[0], bb[1]);
                 bl_mma16816<T>(dk_acc[2 * dp + 1], a, bb[2], bb[3]);
             }
         }
-        __syncthreads();
+        __syncthreads();  // every warp's dS^T is in shared memory
 
         // ---- dQ(64 x D) += dS K: warp -> 16 rows x D/2 columns; fp32 atomics ----
         {
-            const int qb = 16 * (warp & 3);
-            const int dh = (warp >> 2) * (D / 2);
+            const uint32_t aS = s0 + (L::DS + buf * BN * BM) * 2 + a_ds_row;
             float dq[NDQ][4];
 #pragma unroll
             for (int t = 0; t < NDQ; ++t)
@@ -316,34 +346,33 @@ __global__ void __launch_bounds__(THREADS, 1) bl_attn_bwd_kernel(const bwd_param
 #pragma unroll
             for (int ks = 0; ks < BN / 16; ++ks) {
                 uint32_t a[4];
-                bl_ldmatrix_x4_trans(
-                    a, sDS + 2 * swz<DS_CHUNKS>(16 * ks + (lane & 7) + ((lane >> 4) << 3),
-                                                qb / CHUNK + ((lane >> 3) & 1)));
+                bl_ldmatrix_x4_trans(a, aS + ks * 16 * RB_DS);
 #pragma unroll
                 for (int dp = 0; dp < NDQ / 2; ++dp) {
                     uint32_t bb[4];
-                    bl_ldmatrix_x4_trans(
-                        bb, sK + 2 * swz<ROW_CHUNKS>(16 * ks + (lane & 7) + (((lane >> 3) & 1) << 3),
-                                                     dh / CHUNK + 2 * dp + (lane >> 4)));
+                    bl_ldmatrix_x4_trans(bb, (tK ^ (dp * 2 * CHUNK_BYTES)) + ks * 16 * RB);
                     bl_mma16816<T>(dq[2 * dp], a, bb[0], bb[1]);
                     bl_mma16816<T>(dq[2 * dp + 1], a, bb[2], bb[3]);
                 }
             }
-            const int64_t i0 = row0 + qb + lg;
+            // Lane pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one
+            // row: even lt -> row lg, columns 2lt..2lt+3; odd lt -> row lg+8, columns 2lt-2..2lt+1.
+            // One 16-byte reduction instead of two 8-byte ones.
+            const bool odd = lt & 1;
+            const int64_t i = row0 + qb + lg + (odd ? 8 : 0);
+            float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + dh +
+                         2 * (lt & ~1);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int64_t i = i0 + 8 * half;
-                if (i < dm.seqlen_q) {
-                    float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + dh +
-                                 2 * lt;
-#pragma unroll
-                    for (int t = 0; t < NDQ; ++t)
-                        atomicAdd(reinterpret_cast<float2 *>(dst + 8 * t),
-                                  make_float2(dq[t][2 * half], dq[t][2 * half + 1]));
-                }
+            for (int t = 0; t < NDQ; ++t) {
+                const float send0 = odd ? dq[t][0] : dq[t][2];
+                const float send1 = odd ? dq[t][1] : dq[t][3];
+                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+                const float4 v = odd ? make_float4(got0, got1, dq[t][2], dq[t][3])
+                                     : make_float4(dq[t][0], dq[t][1], got0, got1);
+                if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
             }
         }
-        __syncthreads();  // sdS and this buffer are rewritten next iteration
     }
 
     // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
