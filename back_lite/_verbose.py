@@ -36,20 +36,7 @@ def after_attention(q: torch.Tensor, k: torch.Tensor, causal: bool, negl_prob: f
     if not enabled() or torch.compiler.is_compiling():
         return
     _ensure_handler()
-    from . import functional  # late: functional imports this module
-
-    backend = q.device.type
-    parts = [f"attention q={tuple(q.shape)} k={tuple(k.shape)} {q.dtype} backend={backend} "
-             f"causal={causal} negl_prob={negl_prob}"]
-    if tile_mass.numel() > 0 and negl_prob > 0.0:
-        with torch.no_grad():
-            mask = functional.select(tile_mass, negl_prob)
-            sparsity = functional.backward_sparsity(mask, q.shape[1], k.shape[1], causal)
-            total = tile_mass.double().sum()
-            dropped = tile_mass.double().masked_fill(mask, 0.0).sum()
-            dropped_share = float(dropped / total) if float(total) > 0 else 0.0
-        parts.append(f"mask density={float(mask.float().mean()):.4f} "
-                     f"backward sparsity={sparsity:.4f} dropped mass={dropped_share:.3e}")
-    else:
-        parts.append("dense backward")
-    logger.info(" ".join(parts))
+    # The figures, the record of the last call and the rate limit (BACK_LITE_VERBOSE_EVERY) live
+    # in back_lite/diagnostics.py; imported late because it imports functional, which imports this.
+    from . import diagnostics
+    diagnostics.after_attention(q, k, causal, negl_prob, tile_mass)
