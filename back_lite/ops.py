@@ -77,6 +77,17 @@ def _desc(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> BlAtt
         workspace_bytes=0)
 
 
+def require_backend(backend: int) -> None:
+    """Raises RuntimeError when the library cannot run `backend` here (CUDA: not compiled in, or
+    no compute capability 9.0 device), before any pointer is handed to it."""
+    if backend == _lib.BL_BACKEND_CUDA and not _lib.backend_available(backend):
+        raise RuntimeError(
+            "BackLite: the CUDA backend is not usable: this build of libbacklite "
+            f"({_lib.path}) was compiled without nvcc, or no compute capability 9.0 "
+            "(H100/H200) device is visible. Rebuild with nvcc 12.3+ on the PATH "
+            "(`pip install .`), or use CPU tensors.")
+
+
 @contextlib.contextmanager
 def _on_device(desc: BlAttnDesc, device: torch.device, op: int, with_stats: bool):
     """For CUDA: makes `device` current, puts its current stream and a workspace of
@@ -86,6 +97,7 @@ def _on_device(desc: BlAttnDesc, device: torch.device, op: int, with_stats: bool
     if device.type != "cuda":
         yield
         return
+    require_backend(_lib.BL_BACKEND_CUDA)
     with torch.cuda.device(device):
         desc.stream = torch.cuda.current_stream(device).cuda_stream
         nbytes = _lib.workspace_size(desc, op, with_stats)
@@ -229,6 +241,7 @@ def select_tiles(tile_mass: torch.Tensor, negl_prob: float) -> torch.Tensor:
     mask = torch.empty(tile_mass.shape, dtype=torch.bool, device=tile_mass.device)
     desc = _select_desc(tile_mass)
     if tile_mass.device.type == "cuda":
+        require_backend(_lib.BL_BACKEND_CUDA)
         with torch.cuda.device(tile_mass.device):
             desc.stream = torch.cuda.current_stream(tile_mass.device).cuda_stream
             status = _lib.lib.bl_select_tiles(ctypes.byref(desc), tile_mass.data_ptr(),

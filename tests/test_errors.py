@@ -173,16 +173,6 @@ def test_status_to_exception_mapping():
 @pytest.mark.skipif(back_lite.backend_available("cuda"),
                     reason="a CUDA backend is usable here; the no-backend path cannot be shown")
 def test_missing_cuda_backend_is_a_clear_runtime_error():
-    q, k, v = qkv()
-    desc = ops._desc(q, k, 0.125, False)
-    desc.backend = _lib.BL_BACKEND_CUDA
-    nbytes = ctypes_size()
-    status = _lib.lib.bl_workspace_size(desc, _lib.BL_OP_FORWARD, 0, nbytes)
-    assert status == _lib.BL_ERR_NO_BACKEND
-    with pytest.raises(RuntimeError, match="CUDA backend"):
-        _lib.check(status, "bl_workspace_size")
-
-
-def ctypes_size():
-    import ctypes
-    return ctypes.byref(ctypes.c_size_t(0))
+    with pytest.raises(RuntimeError, match="the CUDA backend is not usable"):
+        ops.require_backend(_lib.BL_BACKEND_CUDA)
+    ops.require_backend(_lib.BL_BACKEND_CPU)
