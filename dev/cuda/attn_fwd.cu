@@ -5,6 +5,8 @@
 //      strides, negative scale, NaN rows) against the reference, outputs poisoned before each run;
 //   3. `small`: two small shapes only (for compute-sanitizer);
 //   4. `bench`: TFLOP/s on the DESIGN §3 shapes, with and without the tile statistics.
+// Every check and timing runs both kernels of the file: "tma" (warp-specialized, the default)
+// and "sync" (cp.async, the fallback), through g_fwd_kernel_choice.
 //
 // Build (here or on the device):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math -Xcompiler -fopenmp \
@@ -204,7 +206,9 @@ static bool run_case(const Case &c, bool verbose) {
 
     bool ok = true;
     std::vector<uint16_t> out_nostats;
+    for (int kern = 0; kern < 2; ++kern)
     for (int stats = 1; stats >= 0; --stats) {
+        g_fwd_kernel_choice = kern == 0 ? kFwdKernelAuto : kFwdKernelSync;
         // Poison every output and the workspace (0xFF.. is NaN in fp32, bf16 and fp16).
         CK(cudaMemset(dout, 0xFF, q.n() * 2));
         CK(cudaMemset(dlse, 0xFF, r_lse.size() * 4));
@@ -284,10 +288,10 @@ static bool run_case(const Case &c, bool verbose) {
                           e.bad_nan == 0 && e.unwritten == 0 && same;
         ok = ok && pass;
         if (verbose || !pass)
-            printf("%s B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d %s causal=%d pad=%d scale*=%g amp=%g "
+            printf("%s %s B=%d Sq=%d Sk=%d Hq=%d Hk=%d D=%d %s causal=%d pad=%d scale*=%g amp=%g "
                    "nan_row=%d stats=%d | out_rel=%.2e out_maxabs=%.2e lse_maxabs=%.2e "
                    "W_relerr=%.2e nan_bad=%ld unwritten=%ld same_as_stats=%d\n",
-                   pass ? "PASS" : "FAIL", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, c.bf16 ? "bf16" : "fp16",
+                   pass ? "PASS" : "FAIL", kern == 0 ? "tma " : "sync", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D, c.bf16 ? "bf16" : "fp16",
                    c.causal, c.pad, c.scale_mul, c.q_amp, c.nan_row, stats, e.out_rel, e.out_maxabs,
                    e.lse_maxabs, e.w_maxabs, e.bad_nan, e.unwritten, (int)same);
     }
@@ -356,6 +360,8 @@ static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    for (int kern = 0; kern < 2; ++kern) {
+    g_fwd_kernel_choice = kern == 0 ? kFwdKernelAuto : kFwdKernelSync;
     double med[2];
     for (int stats = 0; stats < 2; ++stats) {
         for (int w = 0; w < 3; ++w) BL(bl_cuda_forward(&d, tq, tk, tv, to, lse, stats ? W : nullptr));
@@ -372,13 +378,14 @@ static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
         std::sort(ms.begin(), ms.end());
         med[stats] = ms[ms.size() / 2];
     }
-    printf("bench B=%d S=%d H=%d D=%d causal=%d | no-stats %.3f ms %.1f TFLOP/s | stats %.3f ms "
+    printf("bench %s B=%d S=%d H=%d D=%d causal=%d | no-stats %.3f ms %.1f TFLOP/s | stats %.3f ms "
            "%.1f TFLOP/s | stats overhead %+.2f%%\n",
-           B, S, H, D, causal, med[0], flops / med[0] * 1e-9, med[1], flops / med[1] * 1e-9,
-           (med[1] / med[0] - 1) * 100);
+           kern == 0 ? "tma " : "sync", B, S, H, D, causal, med[0], flops / med[0] * 1e-9, med[1],
+           flops / med[1] * 1e-9, (med[1] / med[0] - 1) * 100);
     if (csv)
-        fprintf(csv, "%d,%d,%d,%d,%d,%.4f,%.1f,%.4f,%.1f\n", B, S, H, D, causal, med[0],
-                flops / med[0] * 1e-9, med[1], flops / med[1] * 1e-9);
+        fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.1f,%.4f,%.1f\n", kern == 0 ? "tma" : "sync", B, S, H,
+                D, causal, med[0], flops / med[0] * 1e-9, med[1], flops / med[1] * 1e-9);
+    }
     CK(cudaFree(q));
     CK(cudaFree(k));
     CK(cudaFree(v));
@@ -422,7 +429,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "bench")) {
         FILE *csv = argc > 2 ? fopen(argv[2], "w") : nullptr;
-        if (csv) fprintf(csv, "B,S,H,D,causal,ms_nostats,tflops_nostats,ms_stats,tflops_stats\n");
+        if (csv) fprintf(csv, "kernel,B,S,H,D,causal,ms_nostats,tflops_nostats,ms_stats,tflops_stats\n");
         bench_one(1, 16384, 16, 128, false, csv);
         bench_one(1, 16384, 16, 128, true, csv);
         bench_one(1, 32768, 24, 128, false, csv);

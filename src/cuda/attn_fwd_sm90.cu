@@ -18,6 +18,9 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include "backend.h"
@@ -148,91 +151,322 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x;
 }
 
+// ---- pieces shared by both kernels ----
+
+// One work tile: 128 query rows [row0, row0+128) of head h of batch b, over key tiles [0, n_end).
+struct WorkTile {
+    int b, h, hk;
+    int64_t row0;
+    int n_end;
+};
+
+// Static schedule: round r gives CTA i work r*grid + i.
+// Non-causal: head-major order, so that the CTAs running at one time share one (b, h) and its
+// K/V stay in L2 instead of every CTA streaming a different head from memory.
+// Causal: work tiles differ in length (the row block's distance to the diagonal), so they go
+// longest first across all heads, and every other round runs in reverse CTA order (snake) so
+// that no CTA always draws the longest tile of its round. Returns false past the last work.
+template <bool CAUSAL>
+__device__ __forceinline__ bool decode_work(const FwdParams &p, int round, WorkTile &t) {
+    int slot_in_round = blockIdx.x;
+    if (CAUSAL && (round & 1)) slot_in_round = gridDim.x - 1 - blockIdx.x;
+    const int work = round * gridDim.x + slot_in_round;
+    if (work >= p.num_work) return false;
+    int bh, mb;
+    if (CAUSAL) {
+        const int bh_count = p.batch * p.heads_q;
+        mb = p.num_mblocks - 1 - work / bh_count;
+        bh = work % bh_count;
+    } else {
+        bh = work / p.num_mblocks;
+        mb = work - bh * p.num_mblocks;
+    }
+    t.b = bh / p.heads_q;
+    t.h = bh - t.b * p.heads_q;
+    t.hk = t.h / p.heads_per_kv;
+    t.row0 = (int64_t)mb * kBlockM;
+    t.n_end = p.num_ktiles;
+    if (CAUSAL) {
+        const int64_t causal_shift = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + shift
+        const int64_t last_row = min(t.row0 + kBlockM - 1, p.seqlen_q - 1);
+        const int64_t last_key = last_row + causal_shift;
+        t.n_end = last_key < 0 ? 0 : (int)min((int64_t)p.num_ktiles, last_key / kBlockN + 1);
+    }
+    return true;
+}
+
+// Where this thread sits in the accumulator layout of its warpgroup's 64 rows.
+struct ThreadPos {
+    int wg;        // consumer warpgroup: rows [64 wg, 64 wg + 64) of the work tile
+    int warp;      // warp inside the warpgroup: 16 of those rows
+    int lane;
+    int quad_row;  // accumulator row inside the warp's 16 (and +8)
+    int quad_col;  // accumulator column pair inside each 8-column group
+    int row;       // row inside the 128-row work tile of accumulator row quad_row
+};
+__device__ __forceinline__ ThreadPos thread_pos(int consumer_tid) {
+    ThreadPos t;
+    t.wg = consumer_tid / kThreadsPerWarpgroup;
+    t.warp = (consumer_tid % kThreadsPerWarpgroup) / 32;
+    t.lane = consumer_tid % 32;
+    t.quad_row = t.lane / 4;
+    t.quad_col = t.lane % 4;
+    t.row = t.wg * kRowsPerWarpgroup + t.warp * kRowsPerWarp + t.quad_row;
+    return t;
+}
+
+// Online-softmax state of this thread's two rows (r = 0: quad_row, r = 1: quad_row + 8).
+struct RowState {
+    float m_run[2];  // running row max of scale*log2(e)*s
+    float m_use[2];  // the max actually subtracted (0 while the row max is still -inf)
+    float l_run[2];  // this thread's share of the row sums
+};
+__device__ __forceinline__ void row_state_init(RowState &st) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) st.m_run[r] = -INFINITY, st.m_use[r] = 0.f, st.l_run[r] = 0.f;
+}
+
+// S = Q K^T for this warpgroup: sQ_rows points at its 64 rows of the Q panels (panel stride
+// q_panel_bytes), sK at the K tile (128 keys).
+template <int D, bool BF16>
+__device__ __forceinline__ void issue_qk(float (&s)[kBlockN / 2], uint32_t sQ_rows,
+                                         uint32_t q_panel_bytes, uint32_t sK) {
+    constexpr uint32_t kKPanelBytes = kBlockN * BL_SWIZZLE_ROW_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < D / kMmaK; ++kk) {
+        const uint32_t koff = (kk % kKStepsPerPanel) * kMmaKBytes;
+        const uint32_t qa = sQ_rows + (kk / kKStepsPerPanel) * q_panel_bytes + koff;
+        const uint32_t kb = sK + (kk / kKStepsPerPanel) * kKPanelBytes + koff;
+        mma_qk<BF16>(s, wgmma_desc_sw128(qa, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES),
+                     wgmma_desc_sw128(kb, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES), kk > 0);
+    }
+}
+
+// O += P V: P from registers (one A fragment per 16 keys), V (128 keys x D) is the transposed
+// (MN-major) operand.
+template <int D, bool BF16>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)[kBlockN / kMmaK][4],
+                                         uint32_t sV) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
+        const uint32_t vb = sV + kk * (kMmaK * BL_SWIZZLE_ROW_BYTES);
+        mma_pv<BF16>(o, pa[kk], wgmma_desc_sw128(vb, kVDescLbo, kVDescSbo));
+    }
+}
+
+// Masks key tile n (keys past Sk; causal: keys right of each row's diagonal), updates the row
+// maxima and turns s into exp2(scale*log2e*s - m_use) in place. Returns, per row, the factor
+// alpha that rescales the earlier sums and this thread's partial tile sum.
+template <bool CAUSAL>
+__device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], const FwdParams &p,
+                                             const WorkTile &w, const ThreadPos &tp, int n,
+                                             RowState &st, float (&alpha)[2], float (&rowsum)[2]) {
+    constexpr int kSRegs = kBlockN / 2;
+    const float sl2 = p.scale_log2;
+    const bool scale_pos = p.scale_positive != 0;
+    // A masked score that turns into -inf once multiplied by the (signed) scale.
+    const float masked_score = scale_pos ? -INFINITY : INFINITY;
+    const int64_t causal_shift = p.seqlen_k - p.seqlen_q;
+    const int64_t key_base = (int64_t)n * kBlockN;
+    const bool need_mask = key_base + kBlockN > p.seqlen_k ||
+                           (CAUSAL && key_base + kBlockN - 1 > w.row0 + causal_shift);
+    if (need_mask) {
+        int lim[2];  // last allowed key of each of this thread's rows, relative to key_base
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            int64_t last = p.seqlen_k - 1;
+            if (CAUSAL) last = min(last, w.row0 + tp.row + 8 * r + causal_shift);
+            last -= key_base;
+            lim[r] = (int)max((int64_t)-1, min(last, (int64_t)kBlockN));
+        }
+#pragma unroll
+        for (int j = 0; j < kSRegs / 4; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int key = 8 * j + 2 * tp.quad_col + e;
+                if (key > lim[0]) s[4 * j + e] = masked_score;
+                if (key > lim[1]) s[4 * j + 2 + e] = masked_score;
+            }
+        }
+    }
+    float ext[2] = {s[0], s[2]};
+    if (scale_pos) {
+#pragma unroll
+        for (int j = 0; j < kSRegs / 4; ++j) {
+            ext[0] = fmaxf(ext[0], fmaxf(s[4 * j], s[4 * j + 1]));
+            ext[1] = fmaxf(ext[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < kSRegs / 4; ++j) {
+            ext[0] = fminf(ext[0], fminf(s[4 * j], s[4 * j + 1]));
+            ext[1] = fminf(ext[1], fminf(s[4 * j + 2], s[4 * j + 3]));
+        }
+    }
+    float neg_m[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float m_tile = quad_extreme(ext[r], scale_pos) * sl2;
+        const float m_new = fmaxf(st.m_run[r], m_tile);
+        // A row with no allowed key so far keeps max -inf: subtract 0 instead so that
+        // exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
+        const float mu = m_new == -INFINITY ? 0.f : m_new;
+        alpha[r] = ex2_approx(st.m_run[r] - mu);
+        st.m_run[r] = m_new;
+        st.m_use[r] = mu;
+        neg_m[r] = -mu;
+    }
+    rowsum[0] = rowsum[1] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kSRegs / 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            s[4 * j + e] = ex2_approx(fmaf(s[4 * j + e], sl2, neg_m[0]));
+            s[4 * j + 2 + e] = ex2_approx(fmaf(s[4 * j + 2 + e], sl2, neg_m[1]));
+            rowsum[0] += s[4 * j + e];
+            rowsum[1] += s[4 * j + 2 + e];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) st.l_run[r] = st.l_run[r] * alpha[r] + rowsum[r];
+}
+
+// P as bf16/fp16 A fragments, straight from the accumulator layout (keys 16kk..16kk+15).
+template <bool BF16>
+__device__ __forceinline__ void convert_p(const float (&s)[kBlockN / 2], uint32_t (&pa)[kBlockN / kMmaK][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
+        pa[kk][0] = pack2<BF16>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<BF16>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<BF16>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<BF16>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+template <int NREGS>
+__device__ __forceinline__ void rescale_o(float (&o)[NREGS], const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < NREGS / 4; ++j) {
+        o[4 * j + 0] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+    }
+}
+
+// Parks the row tile log2-mass of key tile n in the CTA's workspace slot (kBlockM rows x Tn)
+// until the row's lse is known. Two shuffles leave the quad's sum of row (quad_col & 1) in every
+// thread: exchange the row a thread does not keep, then add the other pair's sum.
+__device__ __forceinline__ void park_tile_logmass(float *ws, int num_ktiles, const ThreadPos &tp,
+                                                  int n, const float (&rowsum)[2],
+                                                  const RowState &st) {
+    const bool odd = tp.quad_col & 1;
+    float mine = odd ? rowsum[1] : rowsum[0];
+    mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
+    mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+    if (tp.quad_col < 2)
+        __stcg(ws + (int64_t)(tp.row + 8 * tp.quad_col) * num_ktiles + n,
+               lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]));
+}
+
+// Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
+// tile. `bar_id` is a named barrier over the warpgroup's 128 threads.
+template <int D, bool BF16, bool STATS>
+__device__ __forceinline__ void write_outputs(const FwdParams &p, const WorkTile &w, const ThreadPos &tp,
+                                              const float (&o)[D / 2], const RowState &st,
+                                              float *s_lse2, const float *ws, int bar_id) {
+    constexpr int kORegs = D / 2;
+    float lse2[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(st.l_run[r]);
+        // l == 0: no allowed key -> out 0, lse -inf (a NaN l stays NaN).
+        const float inv_l = l == 0.f ? 0.f : 1.f / l;
+        lse2[r] = lg2_approx(l) + st.m_use[r];
+        const int64_t row = w.row0 + tp.row + 8 * r;
+        if (row < p.seqlen_q) {
+            uint16_t *og = p.out + w.b * p.o_sb + row * p.o_ss + w.h * p.o_sh + 2 * tp.quad_col;
+#pragma unroll
+            for (int j = 0; j < kORegs / 4; ++j) {
+                const uint32_t v2 = pack2<BF16>(o[4 * j + 2 * r] * inv_l, o[4 * j + 2 * r + 1] * inv_l);
+                *reinterpret_cast<uint32_t *>(og + 8 * j) = v2;
+            }
+            if (tp.quad_col == 0)
+                p.lse[((int64_t)w.b * p.heads_q + w.h) * p.seqlen_q + row] = lse2[r] * kLn2;
+        }
+    }
+    if (!STATS) return;
+    named_barrier_sync(bar_id, kThreadsPerWarpgroup);  // last tile's readers of s_lse2 are done
+    // Rows past Sq and rows without keys contribute 0: give them lse2 = +inf.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int64_t row = w.row0 + tp.row + 8 * r;
+        if (tp.quad_col == 0)
+            s_lse2[tp.row + 8 * r] = (row < p.seqlen_q && lse2[r] != -INFINITY) ? lse2[r] : INFINITY;
+    }
+    named_barrier_sync(bar_id, kThreadsPerWarpgroup);  // s_lse2 and the parked masses visible
+    const int64_t mtile = w.row0 / kRowsPerWarpgroup + tp.wg;
+    if (mtile < p.num_mtiles) {
+        // One key tile per thread: 64 independent loads, coalesced across the warp.
+        const float *lse2_rows = s_lse2 + tp.wg * kRowsPerWarpgroup;
+        const float *ws_rows = ws + (int64_t)(tp.wg * kRowsPerWarpgroup) * p.num_ktiles;
+        float *wrow = p.tile_mass + (((int64_t)w.b * p.heads_q + w.h) * p.num_mtiles + mtile) * p.num_ktiles;
+        for (int n = tp.warp * 32 + tp.lane; n < p.num_ktiles; n += kThreadsPerWarpgroup) {
+            float acc = 0.f;
+            if (n < w.n_end) {
+#pragma unroll 16
+                for (int r = 0; r < kRowsPerWarpgroup; ++r)
+                    acc += ex2_approx(__ldcg(ws_rows + (int64_t)r * p.num_ktiles + n) - lse2_rows[r]);
+            }
+            wrow[n] = acc;
+        }
+    }
+    named_barrier_sync(bar_id, kThreadsPerWarpgroup);  // workspace reads done before next writes
+}
+
+// =============================================================================================
+// Kernel 1 ("sync"): two warpgroups, K/V double-buffered with cp.async by all threads, one CTA
+// barrier per key tile. The fallback where TMA cannot describe a tensor.
+// =============================================================================================
 template <int D, bool BF16, bool CAUSAL, bool STATS>
 __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid_constant__ FwdParams p) {
     using L = FwdSmem<D>;
-    constexpr int kSRegs = kBlockN / 2;  // S accumulator: 64 rows x 128 keys over 128 threads
-    constexpr int kORegs = D / 2;        // O accumulator: 64 rows x D over 128 threads
-    constexpr int kQKSteps = D / kMmaK;
-    constexpr int kPVSteps = kBlockN / kMmaK;
-
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t base = (raw + (kSmemAlign - 1)) & ~(uint32_t)(kSmemAlign - 1);
     float *s_lse2 = reinterpret_cast<float *>(smem_raw + (base - raw) + L::kLse2);
     const uint32_t sQ = base + L::kQ;
-
-    const int tid = threadIdx.x;
-    const int wg = tid / kThreadsPerWarpgroup;
-    const int warp = (tid % kThreadsPerWarpgroup) / 32;
-    const int lane = tid % 32;
-    const int quad_row = lane / 4;  // accumulator row inside the warp's 16 (and +8)
-    const int quad_col = lane % 4;  // accumulator column pair inside each 8-column group
-    const int wg_row0 = wg * kRowsPerWarpgroup + warp * kRowsPerWarp + quad_row;  // row in tile
-    const float sl2 = p.scale_log2;
-    const bool scale_pos = p.scale_positive != 0;
-    // A masked score that turns into -inf once multiplied by the (signed) scale.
-    const float masked_score = scale_pos ? -INFINITY : INFINITY;
-    const int64_t causal_shift = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + shift
+    const ThreadPos tp = thread_pos(threadIdx.x);
+    const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
     float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kBlockM : nullptr;
 
-    for (int round = 0;; ++round) {
-        // Static schedule, round r gives CTA i work r*grid + i.
-        // Non-causal: head-major order, so that the CTAs running at one time share one (b, h)
-        // and its K/V stay in L2 instead of every CTA streaming a different head from memory.
-        // Causal: work tiles differ in length (the row block's distance to the diagonal), so
-        // they go longest first across all heads, and every other round runs in reverse CTA
-        // order (snake) so that no CTA always draws the longest tile of its round.
-        int slot_in_round = blockIdx.x;
-        if (CAUSAL && (round & 1)) slot_in_round = gridDim.x - 1 - blockIdx.x;
-        const int work = round * gridDim.x + slot_in_round;
-        if (work >= p.num_work) break;
-        int bh, mb;
-        if (CAUSAL) {
-            const int bh_count = p.batch * p.heads_q;
-            mb = p.num_mblocks - 1 - work / bh_count;
-            bh = work % bh_count;
-        } else {
-            bh = work / p.num_mblocks;
-            mb = work - bh * p.num_mblocks;
-        }
-        const int b = bh / p.heads_q;
-        const int h = bh - b * p.heads_q;
-        const int hk = h / p.heads_per_kv;
-        const int64_t row0 = (int64_t)mb * kBlockM;
-        int n_end = p.num_ktiles;
-        if (CAUSAL) {
-            const int64_t last_row = min(row0 + kBlockM - 1, p.seqlen_q - 1);
-            const int64_t last_key = last_row + causal_shift;
-            n_end = last_key < 0 ? 0 : (int)min((int64_t)p.num_ktiles, last_key / kBlockN + 1);
-        }
-        const uint16_t *qg = p.q + b * p.q_sb + row0 * p.q_ss + h * p.q_sh;
-        const uint16_t *kg = p.k + b * p.k_sb + hk * p.k_sh;
-        const uint16_t *vg = p.v + b * p.v_sb + hk * p.v_sh;
+    WorkTile w;
+    for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
+        const uint16_t *qg = p.q + w.b * p.q_sb + w.row0 * p.q_ss + w.h * p.q_sh;
+        const uint16_t *kg = p.k + w.b * p.k_sb + w.hk * p.k_sh;
+        const uint16_t *vg = p.v + w.b * p.v_sb + w.hk * p.v_sh;
 
         __syncthreads();  // the previous work tile is done with every shared buffer
-        if (n_end > 0) {
-            load_tile_async<D, kBlockM>(sQ, qg, p.q_ss, p.seqlen_q - row0);
+        if (w.n_end > 0) {
+            load_tile_async<D, kBlockM>(sQ, qg, p.q_ss, p.seqlen_q - w.row0);
             load_tile_async<D, kBlockN>(base + L::kK, kg, p.k_ss, p.seqlen_k);
             load_tile_async<D, kBlockN>(base + L::kV, vg, p.v_ss, p.seqlen_k);
             cp_async_commit();
         }
-
-        float o[kORegs];
+        float o[D / 2];
 #pragma unroll
-        for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
-        float m_run[2] = {-INFINITY, -INFINITY};  // running row max of scale*log2e*s
-        float m_use[2] = {0.f, 0.f};              // the max actually subtracted (0 while -inf)
-        float l_run[2] = {0.f, 0.f};              // this thread's share of the row sums
+        for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+        RowState st;
+        row_state_init(st);
 
-        for (int n = 0; n < n_end; ++n) {
+        for (int n = 0; n < w.n_end; ++n) {
             const int stage = n & 1;
             const uint32_t sK = base + L::kK + stage * L::kKVBytes;
             const uint32_t sV = base + L::kV + stage * L::kKVBytes;
             cp_async_wait<0>();
             fence_proxy_async_shared();
             __syncthreads();  // tile n visible to all; everyone is done with the other stage
-            if (n + 1 < n_end) {
+            if (n + 1 < w.n_end) {
                 const int64_t key0 = (int64_t)(n + 1) * kBlockN;
                 const uint32_t nxt = (stage ^ 1) * L::kKVBytes;
                 load_tile_async<D, kBlockN>(base + L::kK + nxt, kg + key0 * p.k_ss, p.k_ss,
@@ -241,183 +475,226 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
                                             p.seqlen_k - key0);
                 cp_async_commit();
             }
-
-            // ---- S = Q K^T (64 x 128 per warpgroup) ----
-            float s[kSRegs];
+            float s[kBlockN / 2];
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kQKSteps; ++kk) {
-                const uint32_t koff = (kk % kKStepsPerPanel) * kMmaKBytes;
-                const uint32_t qa = sQ + (kk / kKStepsPerPanel) * L::kQPanelBytes +
-                                    wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES + koff;
-                const uint32_t kb = sK + (kk / kKStepsPerPanel) * L::kKVPanelBytes + koff;
-                mma_qk<BF16>(s, wgmma_desc_sw128(qa, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES),
-                             wgmma_desc_sw128(kb, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES), kk > 0);
-            }
+            issue_qk<D, BF16>(s, sQ_rows, L::kQPanelBytes, sK);
             wgmma_commit();
             wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < kSRegs; ++i) reg_fence(s[i]);
-
-            // ---- mask: keys past Sk, and (causal) keys right of each row's diagonal ----
-            const int64_t key_base = (int64_t)n * kBlockN;
-            const bool need_mask = key_base + kBlockN > p.seqlen_k ||
-                                   (CAUSAL && key_base + kBlockN - 1 > row0 + causal_shift);
-            if (need_mask) {
-                int lim[2];  // last allowed key of each of this thread's rows, relative to key_base
+            for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
+            float alpha[2], rowsum[2];
+            softmax_tile<CAUSAL>(s, p, w, tp, n, st, alpha, rowsum);
+            uint32_t pa[kBlockN / kMmaK][4];
+            convert_p<BF16>(s, pa);
+            rescale_o(o, alpha);
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    int64_t last = p.seqlen_k - 1;
-                    if (CAUSAL) last = min(last, row0 + wg_row0 + 8 * r + causal_shift);
-                    last -= key_base;
-                    lim[r] = (int)max((int64_t)-1, min(last, (int64_t)kBlockN));
-                }
-#pragma unroll
-                for (int j = 0; j < kSRegs / 4; ++j) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int key = 8 * j + 2 * quad_col + e;
-                        if (key > lim[0]) s[4 * j + e] = masked_score;
-                        if (key > lim[1]) s[4 * j + 2 + e] = masked_score;
-                    }
-                }
-            }
-
-            // ---- online softmax (base 2), row r = 0 (quad_row) and 1 (quad_row + 8) ----
-            float ext[2] = {s[0], s[2]};
-            if (scale_pos) {
-#pragma unroll
-                for (int j = 0; j < kSRegs / 4; ++j) {
-                    ext[0] = fmaxf(ext[0], fmaxf(s[4 * j], s[4 * j + 1]));
-                    ext[1] = fmaxf(ext[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < kSRegs / 4; ++j) {
-                    ext[0] = fminf(ext[0], fminf(s[4 * j], s[4 * j + 1]));
-                    ext[1] = fminf(ext[1], fminf(s[4 * j + 2], s[4 * j + 3]));
-                }
-            }
-            float alpha[2], neg_m[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float m_tile = quad_extreme(ext[r], scale_pos) * sl2;
-                const float m_new = fmaxf(m_run[r], m_tile);
-                // A row with no allowed key so far keeps max -inf: subtract 0 instead so that
-                // exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
-                const float mu = m_new == -INFINITY ? 0.f : m_new;
-                alpha[r] = ex2_approx(m_run[r] - mu);
-                m_run[r] = m_new;
-                m_use[r] = mu;
-                neg_m[r] = -mu;
-            }
-            float rowsum[2] = {0.f, 0.f};
-#pragma unroll
-            for (int j = 0; j < kSRegs / 4; ++j) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    s[4 * j + e] = ex2_approx(fmaf(s[4 * j + e], sl2, neg_m[0]));
-                    s[4 * j + 2 + e] = ex2_approx(fmaf(s[4 * j + 2 + e], sl2, neg_m[1]));
-                    rowsum[0] += s[4 * j + e];
-                    rowsum[1] += s[4 * j + 2 + e];
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
-
-            // ---- P (bf16/fp16 A fragments, straight from the accumulator layout) ----
-            uint32_t pa[kPVSteps][4];
-#pragma unroll
-            for (int kk = 0; kk < kPVSteps; ++kk) {
-                pa[kk][0] = pack2<BF16>(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = pack2<BF16>(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = pack2<BF16>(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = pack2<BF16>(s[8 * kk + 6], s[8 * kk + 7]);
-            }
-#pragma unroll
-            for (int j = 0; j < kORegs / 4; ++j) {
-                o[4 * j + 0] *= alpha[0];
-                o[4 * j + 1] *= alpha[0];
-                o[4 * j + 2] *= alpha[1];
-                o[4 * j + 3] *= alpha[1];
-            }
-
-            // ---- O += P V (V is the transposed, MN-major operand) ----
-#pragma unroll
-            for (int i = 0; i < kORegs; ++i) reg_fence(o[i]);
+            for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kPVSteps; ++kk) {
-                const uint32_t vb = sV + kk * (kMmaK * BL_SWIZZLE_ROW_BYTES);
-                mma_pv<BF16>(o, pa[kk], wgmma_desc_sw128(vb, kVDescLbo, kVDescSbo));
-            }
+            issue_pv<D, BF16>(o, pa, sV);
             wgmma_commit();
-            if (STATS) {
-                // While the tensor cores run P V: the row tile log2-mass of key tile n, parked in
-                // the workspace until the row's lse is known. Two shuffles leave the quad's sum of
-                // row (quad_col & 1) in every thread: exchange the row a thread does not keep, then
-                // add the other pair's sum.
-                const bool odd = quad_col & 1;
-                float mine = odd ? rowsum[1] : rowsum[0];
-                mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
-                mine += __shfl_xor_sync(0xffffffffu, mine, 2);
-                if (quad_col < 2)
-                    __stcg(ws + (int64_t)(wg_row0 + 8 * quad_col) * p.num_ktiles + n,
-                           lg2_approx(mine) + (odd ? m_use[1] : m_use[0]));
-            }
+            if (STATS) park_tile_logmass(ws, p.num_ktiles, tp, n, rowsum, st);  // during P V
             wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < kORegs; ++i) reg_fence(o[i]);
+            for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
         }
-
-        // ---- epilogue: out, lse, and the tile mass of this warpgroup's 64-row tile ----
-        float lse2[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float l = quad_sum(l_run[r]);
-            // l == 0: no allowed key -> out 0, lse -inf (a NaN l stays NaN).
-            const float inv_l = l == 0.f ? 0.f : 1.f / l;
-            lse2[r] = lg2_approx(l) + m_use[r];
-            const int64_t row = row0 + wg_row0 + 8 * r;
-            if (row < p.seqlen_q) {
-                uint16_t *og = p.out + b * p.o_sb + row * p.o_ss + h * p.o_sh + 2 * quad_col;
-#pragma unroll
-                for (int j = 0; j < kORegs / 4; ++j) {
-                    const uint32_t v2 = pack2<BF16>(o[4 * j + 2 * r] * inv_l, o[4 * j + 2 * r + 1] * inv_l);
-                    *reinterpret_cast<uint32_t *>(og + 8 * j) = v2;
-                }
-                if (quad_col == 0) p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + row] = lse2[r] * kLn2;
-            }
-        }
-        if (STATS) {
-            // Rows past Sq and rows without keys contribute 0: give them lse2 = +inf.
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int64_t row = row0 + wg_row0 + 8 * r;
-                if (quad_col == 0)
-                    s_lse2[wg_row0 + 8 * r] =
-                        (row < p.seqlen_q && lse2[r] != -INFINITY) ? lse2[r] : INFINITY;
-            }
-            named_barrier_sync(kBarrierWarpgroup0 + wg, kThreadsPerWarpgroup);
-            const int64_t mtile = row0 / kRowsPerWarpgroup + wg;
-            if (mtile < p.num_mtiles) {
-                // One key tile per thread: 64 independent loads, coalesced across the warp.
-                const float *lse2_rows = s_lse2 + wg * kRowsPerWarpgroup;
-                const float *ws_rows = ws + (int64_t)(wg * kRowsPerWarpgroup) * p.num_ktiles;
-                float *wrow = p.tile_mass +
-                              (((int64_t)b * p.heads_q + h) * p.num_mtiles + mtile) * p.num_ktiles;
-                for (int n = tid % kThreadsPerWarpgroup; n < p.num_ktiles; n += kThreadsPerWarpgroup) {
-                    float w = 0.f;
-                    if (n < n_end) {
-#pragma unroll 16
-                        for (int r = 0; r < kRowsPerWarpgroup; ++r)
-                            w += ex2_approx(__ldcg(ws_rows + (int64_t)r * p.num_ktiles + n) - lse2_rows[r]);
-                    }
-                    wrow[n] = w;
-                }
-            }
-        }
+        write_outputs<D, BF16, STATS>(p, w, tp, o, st, s_lse2, ws, kBarrierWarpgroup0 + tp.wg);
     }
+}
+
+// =============================================================================================
+// Kernel 2 ("ws", warp-specialized): a producer warpgroup whose one thread streams Q and a
+// K/V ring (kWsStages deep) with TMA, completing on mbarriers; two consumer warpgroups (64 rows
+// each) that take turns issuing their GEMMs (ping-pong over two named barriers), so that one
+// warpgroup's softmax runs while the other's GEMMs occupy the tensor cores. Inside a consumer,
+// P(n-1) V and Q K(n)^T are issued together and softmax(n) runs while P(n-1) V is in flight.
+// =============================================================================================
+constexpr int kWsWarpgroups = 3;  // producer + 2 consumers
+constexpr int kWsThreads = kWsWarpgroups * kThreadsPerWarpgroup;
+constexpr int kConsumerThreads = kWarpgroups * kThreadsPerWarpgroup;
+constexpr int kConsumerWarps = kConsumerThreads / 32;
+// Registers per thread after setmaxnreg: 128 * (24 + 2 * 240) = 64512 <= 65536.
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+// Named barriers of kernel 2: two for the ping-pong turns, one per consumer for its epilogue.
+constexpr int kBarrierTurn0 = 1;
+constexpr int kBarrierEpilogue0 = 3;
+
+template <int D>
+struct FwdWsSmem {
+    static constexpr int kStages = D == 128 ? 3 : 4;  // as deep as 227 KB allow
+    static constexpr int kPanels = D / kPanelCols;
+    static constexpr uint32_t kQPanelBytes = kBlockM * BL_SWIZZLE_ROW_BYTES;
+    static constexpr uint32_t kKVPanelBytes = kBlockN * BL_SWIZZLE_ROW_BYTES;
+    static constexpr uint32_t kQBytes = kPanels * kQPanelBytes;
+    static constexpr uint32_t kKVBytes = kPanels * kKVPanelBytes;
+    static constexpr uint32_t kQ = 0;
+    static constexpr uint32_t kK = kQ + kQBytes;
+    static constexpr uint32_t kV = kK + kStages * kKVBytes;
+    static constexpr uint32_t kLse2 = kV + kStages * kKVBytes;
+    static constexpr uint32_t kBars = kLse2 + kBlockM * sizeof(float);
+    // mbarriers (8 bytes each): q_full, q_empty, then k_full, v_full, kv_empty per stage.
+    static constexpr int kNumBars = 2 + 3 * kStages;
+    static constexpr uint32_t kEnd = kBars + kNumBars * 8;
+    static constexpr size_t kDynamicBytes = kEnd + kSmemAlign;
+    __device__ static uint32_t q_full(uint32_t b) { return b + kBars; }
+    __device__ static uint32_t q_empty(uint32_t b) { return b + kBars + 8; }
+    __device__ static uint32_t k_full(uint32_t b, int s) { return b + kBars + 16 + 8 * s; }
+    __device__ static uint32_t v_full(uint32_t b, int s) { return b + kBars + 16 + 8 * (kStages + s); }
+    __device__ static uint32_t kv_empty(uint32_t b, int s) { return b + kBars + 16 + 8 * (2 * kStages + s); }
+};
+
+struct FwdTmaParams {
+    CUtensorMap tm_q;  // q as (D, Sq, Hq, B), box (64, 128, 1, 1), 128B swizzle
+    CUtensorMap tm_k;  // k as (D, Sk, Hk, B), same box
+    CUtensorMap tm_v;  // v as (D, Sk, Hk, B), same box
+    FwdParams p;
+};
+
+template <int D, bool BF16, bool CAUSAL, bool STATS>
+__global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const __grid_constant__ FwdTmaParams tp_) {
+    using L = FwdWsSmem<D>;
+    constexpr int S = L::kStages;
+    const FwdParams &p = tp_.p;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t base = (raw + (kSmemAlign - 1)) & ~(uint32_t)(kSmemAlign - 1);
+    float *s_lse2 = reinterpret_cast<float *>(smem_raw + (base - raw) + L::kLse2);
+    const uint32_t sQ = base + L::kQ;
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(L::q_full(base), 1);
+        mbarrier_init(L::q_empty(base), kConsumerWarps);
+        for (int s = 0; s < S; ++s) {
+            mbarrier_init(L::k_full(base, s), 1);
+            mbarrier_init(L::v_full(base, s), 1);
+            mbarrier_init(L::kv_empty(base, s), kConsumerWarps);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    if (threadIdx.x < kThreadsPerWarpgroup) {
+        // ---------------- producer ----------------
+        setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x == 0) {
+            int tiles = 0, it = 0;
+            WorkTile w;
+            for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
+                if (w.n_end == 0) continue;
+                mbarrier_wait(L::q_empty(base), (tiles & 1) ^ 1);
+                mbarrier_arrive_expect_tx(L::q_full(base), L::kQBytes);
+                for (int pn = 0; pn < L::kPanels; ++pn)
+                    tma_load_4d(sQ + pn * L::kQPanelBytes, &tp_.tm_q, L::q_full(base), pn * kPanelCols,
+                                (int)w.row0, w.h, w.b);
+                ++tiles;
+                for (int n = 0; n < w.n_end; ++n, ++it) {
+                    const int s = it % S;
+                    mbarrier_wait(L::kv_empty(base, s), ((it / S) & 1) ^ 1);
+                    const uint32_t sK = base + L::kK + s * L::kKVBytes;
+                    const uint32_t sV = base + L::kV + s * L::kKVBytes;
+                    mbarrier_arrive_expect_tx(L::k_full(base, s), L::kKVBytes);
+                    for (int pn = 0; pn < L::kPanels; ++pn)
+                        tma_load_4d(sK + pn * L::kKVPanelBytes, &tp_.tm_k, L::k_full(base, s),
+                                    pn * kPanelCols, n * kBlockN, w.hk, w.b);
+                    mbarrier_arrive_expect_tx(L::v_full(base, s), L::kKVBytes);
+                    for (int pn = 0; pn < L::kPanels; ++pn)
+                        tma_load_4d(sV + pn * L::kKVPanelBytes, &tp_.tm_v, L::v_full(base, s),
+                                    pn * kPanelCols, n * kBlockN, w.hk, w.b);
+                }
+            }
+        }
+        return;
+    }
+
+    // ---------------- consumers ----------------
+    setmaxnreg_inc<kConsumerRegs>();
+    const ThreadPos tp = thread_pos(threadIdx.x - kThreadsPerWarpgroup);
+    const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
+    float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kBlockM : nullptr;
+    const int my_turn = kBarrierTurn0 + tp.wg, their_turn = kBarrierTurn0 + (tp.wg ^ 1);
+    const bool warp_leader = tp.lane == 0;
+    if (tp.wg == 1) named_barrier_arrive(kBarrierTurn0, kConsumerThreads);  // consumer 0 first
+
+    int tiles = 0, it = 0;
+    WorkTile w;
+    for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
+        float o[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+        RowState st;
+        row_state_init(st);
+        if (w.n_end > 0) {
+            mbarrier_wait(L::q_full(base), tiles & 1);
+            ++tiles;
+            float s[kBlockN / 2];
+            uint32_t pa[kBlockN / kMmaK][4];
+            float alpha[2], rowsum[2];
+            // key tile 0: S only
+            int stage = it % S;
+            uint32_t phase = (it / S) & 1;
+            mbarrier_wait(L::k_full(base, stage), phase);
+            named_barrier_sync(my_turn, kConsumerThreads);
+            wgmma_fence();
+            issue_qk<D, BF16>(s, sQ_rows, L::kQPanelBytes, base + L::kK + stage * L::kKVBytes);
+            wgmma_commit();
+            named_barrier_arrive(their_turn, kConsumerThreads);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
+            if (w.n_end == 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
+            softmax_tile<CAUSAL>(s, p, w, tp, 0, st, alpha, rowsum);
+            convert_p<BF16>(s, pa);
+            if (STATS) park_tile_logmass(ws, p.num_ktiles, tp, 0, rowsum, st);
+            // key tiles 1 .. n_end-1: issue P(n-1) V and Q K(n)^T, softmax(n) under P(n-1) V
+            for (int n = 1; n < w.n_end; ++n) {
+                const int pstage = stage;
+                const uint32_t pphase = phase;
+                ++it;
+                stage = it % S;
+                phase = (it / S) & 1;
+                mbarrier_wait(L::k_full(base, stage), phase);
+                mbarrier_wait(L::v_full(base, pstage), pphase);
+                named_barrier_sync(my_turn, kConsumerThreads);
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
+                wgmma_fence();
+                issue_qk<D, BF16>(s, sQ_rows, L::kQPanelBytes, base + L::kK + stage * L::kKVBytes);
+                wgmma_commit();
+                issue_pv<D, BF16>(o, pa, base + L::kV + pstage * L::kKVBytes);
+                wgmma_commit();
+                named_barrier_arrive(their_turn, kConsumerThreads);
+                wgmma_wait<1>();  // S(n) ready; P(n-1) V may still run
+#pragma unroll
+                for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
+                if (n == w.n_end - 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
+                softmax_tile<CAUSAL>(s, p, w, tp, n, st, alpha, rowsum);
+                wgmma_wait<0>();  // P(n-1) V done: stage pstage is free, o and pa may change
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
+                if (warp_leader) mbarrier_arrive(L::kv_empty(base, pstage));
+                rescale_o(o, alpha);
+                convert_p<BF16>(s, pa);
+                if (STATS) park_tile_logmass(ws, p.num_ktiles, tp, n, rowsum, st);
+            }
+            // last P V
+            mbarrier_wait(L::v_full(base, stage), phase);
+            named_barrier_sync(my_turn, kConsumerThreads);
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
+            wgmma_fence();
+            issue_pv<D, BF16>(o, pa, base + L::kV + stage * L::kKVBytes);
+            wgmma_commit();
+            named_barrier_arrive(their_turn, kConsumerThreads);
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
+            if (warp_leader) mbarrier_arrive(L::kv_empty(base, stage));
+            ++it;
+        }
+        write_outputs<D, BF16, STATS>(p, w, tp, o, st, s_lse2, ws, kBarrierEpilogue0 + tp.wg);
+    }
+    // Consumer 1 arrived once more on consumer 0's turn barrier than consumer 0 waited.
+    if (tp.wg == 0) named_barrier_sync(kBarrierTurn0, kConsumerThreads);
 }
 
 // ---- host side ----
@@ -451,22 +728,79 @@ bl_status check_layout(const char *name, bl_tensor t) {
     return BL_OK;
 }
 
+// Which kernel bl_cuda_forward runs: the warp-specialized TMA kernel whenever TMA can describe
+// the tensors (the default), or always the cp.async kernel (dev/cuda/attn_fwd.cu checks both).
+enum FwdKernelChoice { kFwdKernelAuto = 0, kFwdKernelSync = 1 };
+FwdKernelChoice g_fwd_kernel_choice = kFwdKernelAuto;
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda needed).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    static bool looked = false;
+    if (!looked) {
+        void *ptr = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                             &found) == cudaSuccess &&
+            found == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
+        else
+            (void)cudaGetLastError();
+        looked = true;
+    }
+    return fn;
+}
+
+// Describes a (B, S, H, D) tensor to TMA as (D, S, H, B) with a (64, 128, 1, 1) box and the 128B
+// swizzle that the wgmma descriptors expect. Returns false where TMA cannot take the tensor
+// (negative strides, no driver entry point); the caller then uses the cp.async kernel.
+bool make_tensor_map(CUtensorMap *map, bl_tensor t, int64_t batch, int64_t seqlen, int64_t heads,
+                     int64_t head_dim, bool bf16) {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode) return false;
+    const int64_t elem = 2;
+    // A stride of a dimension of size 1 is never used: give it a harmless valid value.
+    const int64_t ss = seqlen == 1 ? head_dim : t.stride_s;
+    const int64_t sh = heads == 1 ? head_dim : t.stride_h;
+    const int64_t sb = batch == 1 ? head_dim : t.stride_b;
+    if (ss <= 0 || sh <= 0 || sb <= 0) return false;
+    cuuint64_t dims[4] = {(cuuint64_t)head_dim, (cuuint64_t)seqlen, (cuuint64_t)heads, (cuuint64_t)batch};
+    cuuint64_t strides[3] = {(cuuint64_t)(ss * elem), (cuuint64_t)(sh * elem), (cuuint64_t)(sb * elem)};
+    cuuint32_t box[4] = {(cuuint32_t)kPanelCols, (cuuint32_t)kBlockN, 1, 1};
+    cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+    static_assert(kBlockM == kBlockN, "one TMA box shape serves Q and K/V tiles");
+    const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                              4, t.data, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
 template <int D, bool BF16, bool CAUSAL, bool STATS>
-bl_status launch(const FwdParams &p, int grid, cudaStream_t stream) {
+bl_status launch(const FwdTmaParams &tp, bool use_tma, int grid, cudaStream_t stream) {
+    if (use_tma) {
+        auto kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS>;
+        const size_t smem = FwdWsSmem<D>::kDynamicBytes;
+        BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        kernel<<<grid, kWsThreads, smem, stream>>>(tp);
+        BL_CUDA_CHECK_LAUNCH("attn_fwd_sm90_ws_kernel");
+        return BL_OK;
+    }
     auto kernel = attn_fwd_sm90_kernel<D, BF16, CAUSAL, STATS>;
     const size_t smem = FwdSmem<D>::kDynamicBytes;
     BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kernel<<<grid, kThreads, smem, stream>>>(p);
+    kernel<<<grid, kThreads, smem, stream>>>(tp.p);
     BL_CUDA_CHECK_LAUNCH("attn_fwd_sm90_kernel");
     return BL_OK;
 }
 
 template <int D, bool BF16>
-bl_status dispatch_flags(const FwdParams &p, int grid, cudaStream_t stream, bool causal, bool stats) {
-    if (causal) return stats ? launch<D, BF16, true, true>(p, grid, stream)
-                             : launch<D, BF16, true, false>(p, grid, stream);
-    return stats ? launch<D, BF16, false, true>(p, grid, stream)
-                 : launch<D, BF16, false, false>(p, grid, stream);
+bl_status dispatch_flags(const FwdTmaParams &tp, bool use_tma, int grid, cudaStream_t stream,
+                         bool causal, bool stats) {
+    if (causal) return stats ? launch<D, BF16, true, true>(tp, use_tma, grid, stream)
+                             : launch<D, BF16, true, false>(tp, use_tma, grid, stream);
+    return stats ? launch<D, BF16, false, true>(tp, use_tma, grid, stream)
+                 : launch<D, BF16, false, false>(tp, use_tma, grid, stream);
 }
 
 }  // namespace
@@ -517,7 +851,9 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
 
     int sms = 0;
     BL_TRY(sm_count(&sms));
-    FwdParams p;
+    FwdTmaParams tp;
+    memset(&tp, 0, sizeof tp);
+    FwdParams &p = tp.p;
     p.q = (const uint16_t *)q.data;
     p.k = (const uint16_t *)k.data;
     p.v = (const uint16_t *)v.data;
@@ -557,9 +893,14 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
     cudaStream_t stream = (cudaStream_t)d->stream;
     const bool causal = d->causal != 0, stats = tile_mass != NULL;
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
+    const bool use_tma =
+        g_fwd_kernel_choice == kFwdKernelAuto &&
+        make_tensor_map(&tp.tm_q, q, d->batch, d->seqlen_q, d->heads_q, d->head_dim, bf16) &&
+        make_tensor_map(&tp.tm_k, k, d->batch, d->seqlen_k, d->heads_k, d->head_dim, bf16) &&
+        make_tensor_map(&tp.tm_v, v, d->batch, d->seqlen_k, d->heads_k, d->head_dim, bf16);
     if (d->head_dim == 128)
-        return bf16 ? dispatch_flags<128, true>(p, grid, stream, causal, stats)
-                    : dispatch_flags<128, false>(p, grid, stream, causal, stats);
-    return bf16 ? dispatch_flags<64, true>(p, grid, stream, causal, stats)
-                : dispatch_flags<64, false>(p, grid, stream, causal, stats);
+        return bf16 ? dispatch_flags<128, true>(tp, use_tma, grid, stream, causal, stats)
+                    : dispatch_flags<128, false>(tp, use_tma, grid, stream, causal, stats);
+    return bf16 ? dispatch_flags<64, true>(tp, use_tma, grid, stream, causal, stats)
+                : dispatch_flags<64, false>(tp, use_tma, grid, stream, causal, stats);
 }

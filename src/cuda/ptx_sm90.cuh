@@ -121,6 +121,67 @@ __device__ __forceinline__ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (
 }
 
 // ---------------------------------------------------------------------------------------------
+// Named-barrier arrive, mbarrier, TMA (bulk tensor copy) and register reallocation
+// ---------------------------------------------------------------------------------------------
+// Counts this thread's warp towards named barrier `id` without waiting (pairs with a bar.sync
+// of other warps on the same id and thread count).
+__device__ __forceinline__ void named_barrier_arrive(int id, int nthreads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes mbarrier initialisations visible to the async proxy (TMA) before first use.
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives and announces `bytes` more bytes that async copies will deliver to this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// Blocks until the phase with parity `parity` of the barrier has completed. On a freshly
+// initialised barrier, parity 1 counts as completed (the phase "before" the first one).
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "BL_MBAR_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra BL_MBAR_WAIT;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// TMA: copies the box at coordinates (c0 innermost .. c3) of a 4-D tensor map into shared
+// memory (with the map's swizzle) and signals `bar` with the byte count (complete_tx).
+// `tmap` is the generic address of a CUtensorMap in param/const/global memory.
+__device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void *tmap, uint32_t bar,
+                                            int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_dst),
+        "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+}
+
+// Warpgroup-wide register reallocation (sm_90a): the kernel needs a register cap at entry
+// (__launch_bounds__(threads, 1)); all warps of the warpgroup execute the same one.
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+// ---------------------------------------------------------------------------------------------
 // wgmma: warpgroup (4 consecutive warps, first warp index % 4 == 0) matrix multiply-accumulate
 // ---------------------------------------------------------------------------------------------
 // Shared-memory matrix descriptor (PTX ISA "matrix descriptor"): start address, leading and
