@@ -25,6 +25,7 @@
 #include "backlite.h"
 #include "backend.h"
 #include "bwd_workspace.h"
+#include "bwd_common.cuh"  // bl_bwd_set_variant
 extern "C" {
 #include "cpu_select.h"  // the CPU selection rule, C linkage
 }
@@ -278,6 +279,9 @@ static int run_case(const Case &c) {
     std::vector<double> rdq, rdk, rdv;
     cpu_backward(c, q, k, v, out, dout, lse, mask, scale, rdq, rdk, rdv);
 
+    int all_ok = 1;
+    for (int variant : {BL_BWD_VARIANT_WGMMA, BL_BWD_VARIANT_MMA}) {
+    bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
     size_t wsb = 0;
     BL(bl_cuda_bwd_workspace_size(&desc, &wsb));
@@ -329,9 +333,9 @@ static int run_case(const Case &c) {
     const double tol = c.dt == BL_DTYPE_BF16 ? 2e-2 : 4e-3;
     int ok = eq.rel < tol && ek.rel < tol && ev.rel < tol && !eq.bad_nan && !ek.bad_nan &&
              !ev.bad_nan && sel_diff == 0;
-    printf("%-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
+    printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
            "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s\n",
-           c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
+           variant == BL_BWD_VARIANT_WGMMA ? "wgmma" : "mma", c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
            c.causal ? "causal" : "full  ", c.mode == 0 ? "dense" : c.mode == 1 ? "mask" : "select",
            c.padded ? " strided" : "", c.nan_row ? " nan" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
@@ -339,7 +343,10 @@ static int run_case(const Case &c) {
     cudaFree(ws); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_do);
     cudaFree(d_dq); cudaFree(d_dk); cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_W);
     cudaFree(d_mask);
-    return ok;
+    all_ok &= ok;
+    }
+    bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+    return all_ok;
 }
 
 // Selection alone on synthetic W rows: ties, zeros, an all-zero row, a NaN row, many tiles.
@@ -448,6 +455,8 @@ static double time_bwd(const bl_attn_desc &desc, bl_tensor q, bl_tensor k, bl_te
     return ms[ms.size() / 2];
 }
 
+static const char *g_vname = "wgmma";
+static int g_full_sweep = 1;  // 0: dense only
 static void bench_shape(int B, int S, int H, int D, int causal) {
     const bl_dtype dt = BL_DTYPE_BF16;
     const float scale = 1.0f / sqrtf((float)D);
@@ -484,8 +493,13 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
     CK(cudaDeviceSynchronize());
     double dense = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, nullptr, t[5],
                             t[6], t[7], reps);
-    printf("bench B%d S%d H%d D%d %s dense        : %8.3f ms  %6.1f TFLOP/s\n", B, S, H, D,
-           causal ? "causal" : "full  ", dense, flops / dense * 1e-9);
+    printf("bench %-5s B%d S%d H%d D%d %s dense        : %8.3f ms  %6.1f TFLOP/s\n", g_vname, B, S,
+           H, D, causal ? "causal" : "full  ", dense, flops / dense * 1e-9);
+    if (!g_full_sweep) {
+        for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
+        cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);
+        return;
+    }
     const double keeps[] = {0.0, 0.01, 0.1, 0.5};
     for (double keep : keeps) {
         mask_kernel<<<1024, 256>>>(mask, ntile, keep, 99u);
@@ -522,6 +536,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(what, "bench")) {
+        g_vname = "mma";
+        g_full_sweep = 0;
+        bl_bwd_set_variant(BL_BWD_VARIANT_MMA);
+        bench_shape(1, 16384, 16, 128, 0);
+        bench_shape(4, 4096, 16, 64, 0);
+        g_vname = "wgmma";
+        g_full_sweep = 1;
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         bench_shape(1, 16384, 16, 128, 0);
         bench_shape(1, 16384, 16, 128, 1);
         bench_shape(1, 32768, 24, 128, 0);

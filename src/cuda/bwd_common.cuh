@@ -56,3 +56,8 @@ bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_ten
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
                                     bl_tensor dq, const bl_bwd_workspace *ws,
                                     cudaStream_t stream);
+
+// Main-kernel variant of bl_cuda_backward (a development switch for dev/cuda/attn_bwd.cu; the
+// library uses the default).
+enum { BL_BWD_VARIANT_WGMMA = 0, BL_BWD_VARIANT_MMA = 1 };
+void bl_bwd_set_variant(int variant);

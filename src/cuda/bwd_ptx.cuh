@@ -89,3 +89,138 @@ __device__ __forceinline__ __nv_bfloat16 bl_from_float<__nv_bfloat16>(float x) {
 }
 template <>
 __device__ __forceinline__ __half bl_from_float<__half>(float x) { return __float2half_rn(x); }
+
+// ---- warpgroup MMA (wgmma, sm_90a) ----
+// Operands in shared memory are "128-byte swizzled panels": a tile of R rows x C 16-bit columns is
+// C/64 panels of R rows x 128 bytes, panel-contiguous; in each group of 8 rows (1024 bytes) the
+// 16-byte chunk c of row r sits at chunk c ^ (r % 8). Panels start on 1024-byte boundaries.
+
+// Matrix descriptor: start address, leading / stride byte offsets (16-byte units, 14 bits each),
+// base offset 0, swizzle mode 1 (128B) in bits 62-63.
+//   K-major operand: LBO unused, SBO = 1024 (next group of 8 rows); a k16 step inside a panel
+//     moves the start by 32 bytes, the next panel by R*128.
+//   MN-major operand (the "transposed" one): LBO = distance between 64-wide panels along M/N,
+//     SBO = 1024 (next group of 8 reduction rows); a k16 step moves the start by 16 rows = 2048.
+#define BL_WGMMA_GROUP_BYTES 1024u
+static __device__ __forceinline__ uint64_t bl_wgmma_desc(uint32_t smem_addr, uint32_t lbo,
+                                                         uint32_t sbo) {
+    return (uint64_t)((smem_addr >> 4) & 0x3FFFu) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
+}
+static __device__ __forceinline__ void bl_wgmma_fence(void) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void bl_wgmma_commit(void) {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+static __device__ __forceinline__ void bl_wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Shared memory written by ordinary stores or cp.async and read next by wgmma: in every writing
+// thread, before the barrier that publishes it.
+static __device__ __forceinline__ void bl_fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Pins a register's use after the preceding wgmma wait (the hardware writes accumulators
+// asynchronously; the compiler must not read them, or recycle A-fragment registers, earlier).
+template <int N>
+static __device__ __forceinline__ void bl_reg_fence(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+static __device__ __forceinline__ void bl_reg_fence(uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+#define BL_F8(d, i)                                                                          \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define BL_ACC32(d) BL_F8(d, 0), BL_F8(d, 8), BL_F8(d, 16), BL_F8(d, 24)
+#define BL_ACC64(d) BL_ACC32(d), BL_F8(d, 32), BL_F8(d, 40), BL_F8(d, 48), BL_F8(d, 56)
+#define BL_REGS32                                                                             \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define BL_REGS64                                                                             \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d[32] += A(smem, K-major) * B(smem; K-major when TRANS_B == 0, MN-major when 1); m64n64k16.
+#define BL_WGMMA_SS_N64(TY, TB)                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " BL_REGS32        \
+                 ", %32, %33, p, 1, 1, 0, " #TB ";\n}\n"                                      \
+                 : BL_ACC32(d)                                                                \
+                 : "l"(da), "l"(db), "r"(1))
+template <typename T, int TRANS_B>
+static __device__ __forceinline__ void bl_wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db);
+template <>
+__device__ __forceinline__ void bl_wgmma_ss_n64<__nv_bfloat16, 0>(float (&d)[32], uint64_t da,
+                                                                  uint64_t db) {
+    BL_WGMMA_SS_N64("bf16", 0);
+}
+template <>
+__device__ __forceinline__ void bl_wgmma_ss_n64<__nv_bfloat16, 1>(float (&d)[32], uint64_t da,
+                                                                  uint64_t db) {
+    BL_WGMMA_SS_N64("bf16", 1);
+}
+template <>
+__device__ __forceinline__ void bl_wgmma_ss_n64<__half, 0>(float (&d)[32], uint64_t da,
+                                                           uint64_t db) {
+    BL_WGMMA_SS_N64("f16", 0);
+}
+template <>
+__device__ __forceinline__ void bl_wgmma_ss_n64<__half, 1>(float (&d)[32], uint64_t da,
+                                                           uint64_t db) {
+    BL_WGMMA_SS_N64("f16", 1);
+}
+
+// d[N/2] += A(registers: the m16n8k16 A fragment of this warp's 16 rows) * B(smem, MN-major);
+// m64nNk16 for N = 64 or 128.
+template <typename T, int N>
+static __device__ __forceinline__ void bl_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                                   uint64_t db);
+template <>
+__device__ __forceinline__ void bl_wgmma_rs<__nv_bfloat16, 64>(float (&d)[32],
+                                                               const uint32_t (&a)[4],
+                                                               uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " BL_REGS32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : BL_ACC32(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void bl_wgmma_rs<__half, 64>(float (&d)[32], const uint32_t (&a)[4],
+                                                        uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " BL_REGS32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : BL_ACC32(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void bl_wgmma_rs<__nv_bfloat16, 128>(float (&d)[64],
+                                                                const uint32_t (&a)[4],
+                                                                uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " BL_REGS64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : BL_ACC64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void bl_wgmma_rs<__half, 128>(float (&d)[64], const uint32_t (&a)[4],
+                                                         uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " BL_REGS64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : BL_ACC64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}

@@ -1,0 +1,39 @@
+// bwd_kernel_common.cuh -- what the backward's main-kernel variants share: the tile shape, the
+// CTA shape and the kernel parameters. Included by attn_bwd_sm90.cu only.
+#pragma once
+#include <stdint.h>
+#include "bwd_common.cuh"
+
+namespace bl_bwd {
+
+constexpr int BM = BL_BWD_TM;            // query rows per list entry
+constexpr int BN = BL_BWD_TN;            // keys per CTA
+constexpr int WARPS = 8;
+constexpr int THREADS = WARPS * 32;
+constexpr int KEYS_PER_WARP = BN / WARPS;  // 16: one mma M tile
+constexpr int CHUNK = 8;                 // 16-bit elements in one 16-byte chunk
+constexpr float LOG2E = 1.4426950408889634f;
+
+static_assert(KEYS_PER_WARP == 16, "each warp owns one m16 tile of keys");
+static_assert(BM == 64 && WARPS == 8, "the dQ product splits 64 rows x D over 8 warps as 4 x 2");
+
+struct bwd_params {
+    const void *q, *k, *v, *dout;
+    void *dk, *dv;
+    int64_t q_sb, q_ss, q_sh;
+    int64_t k_sb, k_ss, k_sh;
+    int64_t v_sb, v_ss, v_sh;
+    int64_t do_sb, do_ss, do_sh;
+    int64_t dk_sb, dk_ss, dk_sh;
+    int64_t dv_sb, dv_ss, dv_sh;
+    const float *lse_log2;  // (B, Hq, Sq_pad)
+    const float *dlt;       // (B, Hq, Sq_pad)
+    float *dq_accum;        // (B, Sq, Hq, D) fp32
+    const int *counts, *lists, *schedule;
+    bl_bwd_dims dm;
+    float scale;       // softmax scale (dK's factor)
+    float scale_log2;  // scale * log2(e): S -> base-2 exponent
+    int causal;
+};
+
+}  // namespace bl_bwd

@@ -1,0 +1,364 @@
+// bwd_wgmma_sm90.cuh -- backward main kernel, version 3: warpgroup MMA (wgmma, sm_90a).
+//
+// Same work split as version 2 (bwd_mma_sm90.cuh) -- one CTA per (b, kv head, 128-key tile),
+// 8 warps, dK / dV of the CTA's keys in registers for the whole list -- but each of the two
+// warpgroups owns 64 keys and issues its products as wgmma, so the tensor cores read the
+// shared-memory operands directly instead of every warp pulling them through ldmatrix (version
+// 2 was bound by shared-memory bandwidth: ~730 KB of ldmatrix traffic per 64x128 tile).
+// The wgmma accumulator of a warp is the m16n8k16 accumulator layout, n8 tile after n8 tile,
+// and the register A operand is the m16n8k16 A fragment, so the math between the products is
+// version 2's, on flat arrays.
+//
+// Products per list entry (warpgroup wg: keys 64wg..64wg+63; M = 64 always):
+//   S^T  (64 keys x 64 queries) = K Q^T     SS, both K-major (reduction over d)
+//   dP^T (64 x 64)              = V dO^T    SS, both K-major
+//   dV  (64 keys x D)          += P^T dO    RS, dO MN-major (reduction over queries)
+//   dK  (64 keys x D)          += dS^T Q    RS, Q MN-major
+//   dQ  (64 queries x 64 d)     = dS K      SS, dS K-major over keys, K MN-major;
+//        D = 128: warpgroup wg takes d columns 64wg..; D = 64: warpgroup wg takes keys 64wg..
+//        (both then add into the same columns).
+// Shared memory holds every tile as 128-byte swizzled panels (bwd_ptx.cuh).
+#pragma once
+#include "bwd_kernel_common.cuh"
+#include "bwd_ptx.cuh"
+
+namespace bl_bwd {
+
+constexpr uint32_t PANEL_ROW_BYTES = 128;   // one row of a 64-column panel
+constexpr uint32_t K16_BYTES_KMAJOR = 32;   // a k16 step inside a K-major panel
+constexpr uint32_t K16_BYTES_MNMAJOR = 16 * PANEL_ROW_BYTES;  // a k16 step of an MN-major operand
+constexpr int PANEL_COLS = 64;
+constexpr int WG_KEYS = 64;  // keys per warpgroup
+
+// Byte offsets from the kernel's 1024-aligned shared-memory base.
+template <int D>
+struct wg_smem {
+    static constexpr uint32_t K = 0;                          // BN x D: D/64 panels of BN rows
+    static constexpr uint32_t V = K + BN * D * 2;             // BN x D
+    static constexpr uint32_t Q = V + BN * D * 2;             // 2 buffers of BM x D
+    static constexpr uint32_t DO = Q + 2 * BM * D * 2;        // 2 buffers of BM x D
+    static constexpr uint32_t DS = DO + 2 * BM * D * 2;       // BM x BN: dS, 2 panels of BM rows
+    static constexpr uint32_t ROWS = DS + BM * BN * 2;        // fp32 lse_log2[2][BM], dlt[2][BM]
+    static constexpr uint32_t USED = ROWS + 4 * BM * sizeof(float);
+    static constexpr uint32_t BASE_ALIGN = 1024;              // the 128B swizzle period
+    static constexpr size_t BYTES = USED + BASE_ALIGN;
+    static_assert(K % 1024 == 0 && V % 1024 == 0 && Q % 1024 == 0 && DO % 1024 == 0 &&
+                      DS % 1024 == 0,
+                  "panels must start on 1024-byte boundaries");
+};
+
+// Byte offset of 16-byte chunk `chunk` (of D/8) of row `row` in a ROWS-row panel tile.
+template <int ROWS>
+__device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
+    return (uint32_t)(chunk >> 3) * (ROWS * PANEL_ROW_BYTES) + (uint32_t)row * PANEL_ROW_BYTES +
+           (uint32_t)(((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// cp.async of list entry (h, m) into buffer `buf`: Q and dO rows as panels (zero past Sq) and
+// the padded per-row lse_log2 / Dlt.
+template <typename T, int D>
+__device__ __forceinline__ void wg_load_row_tile(const bwd_params &p, uint32_t s0, float *s_rows,
+                                                 int buf, int64_t b, int64_t h, int64_t m) {
+    using L = wg_smem<D>;
+    constexpr int ROW_CHUNKS = D / CHUNK;
+    const T *q = static_cast<const T *>(p.q);
+    const T *dout = static_cast<const T *>(p.dout);
+    const int64_t row0 = m * BM;
+    const uint32_t sq = s0 + L::Q + buf * (BM * D * 2);
+    const uint32_t sdo = s0 + L::DO + buf * (BM * D * 2);
+#pragma unroll
+    for (int c = threadIdx.x; c < BM * ROW_CHUNKS; c += THREADS) {
+        const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
+        const int64_t i = row0 + r;
+        const bool valid = i < p.dm.seqlen_q;
+        const int64_t ii = valid ? i : 0;
+        const uint32_t off = panel_offset<BM>(r, ch);
+        bl_cp_async16(sq + off, q + b * p.q_sb + ii * p.q_ss + h * p.q_sh + ch * CHUNK, valid);
+        bl_cp_async16(sdo + off, dout + b * p.do_sb + ii * p.do_ss + h * p.do_sh + ch * CHUNK,
+                      valid);
+    }
+    constexpr int ROW_VEC = BM / 4;  // 16-byte vectors of fp32 per row tile
+    if (threadIdx.x < 2 * ROW_VEC) {
+        const int which = threadIdx.x / ROW_VEC, c = threadIdx.x % ROW_VEC;
+        const float *src = (which == 0 ? p.lse_log2 : p.dlt) +
+                           (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0 + 4 * c;
+        float *dst = s_rows + (which * 2 + buf) * BM + 4 * c;
+        bl_cp_async16(bl_smem_addr(dst), src, true);
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params p) {
+    using L = wg_smem<D>;
+    constexpr int ROW_CHUNKS = D / CHUNK;
+    constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8
+    constexpr int ND = D / 8;    // n8 tiles of head dim (dK, dV)
+    constexpr int KSTEPS_D = D / 16;
+    constexpr uint32_t QPANEL = BM * PANEL_ROW_BYTES;  // bytes of one panel of a Q / dO tile
+    constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;  // bytes of one panel of a K / V tile
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
+        ~(uintptr_t)(L::BASE_ALIGN - 1));
+    const uint32_t s0 = bl_smem_addr(smem_base);
+    float *s_rows = reinterpret_cast<float *>(smem_base + L::ROWS);
+
+    const bl_bwd_dims &dm = p.dm;
+    const int64_t col = p.schedule[blockIdx.x];
+    const int64_t n = col % dm.tiles_n;
+    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
+    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int count = p.counts[col];
+    const int *list = p.lists + col * (dm.group * dm.tiles_m);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wg = warp >> 2;                 // warpgroup: keys 64wg..64wg+63
+    const int lg = lane >> 2, lt = lane & 3;  // accumulator row group / thread in group
+    const int64_t key0 = n * BN;
+    const int kw = warp * KEYS_PER_WARP;      // this warp's first key (its 16 accumulator rows)
+
+    float dk_acc[ND * 4], dv_acc[ND * 4];
+#pragma unroll
+    for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
+
+    int e_cur = 0, e_next = 0;
+    if (count > 0) {
+        const T *kp = static_cast<const T *>(p.k);
+        const T *vp = static_cast<const T *>(p.v);
+        for (int c = threadIdx.x; c < BN * ROW_CHUNKS; c += THREADS) {
+            const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
+            const int64_t j = key0 + r;
+            const bool valid = j < dm.seqlen_k;
+            const int64_t jj = valid ? j : 0;
+            const uint32_t off = panel_offset<BN>(r, ch);
+            bl_cp_async16(s0 + L::K + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK,
+                          valid);
+            bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
+                          valid);
+        }
+        e_cur = list[0];
+        e_next = count > 1 ? list[1] : 0;
+        wg_load_row_tile<T, D>(p, s0, s_rows, 0, b, g * dm.group + e_cur / dm.tiles_m,
+                               e_cur % dm.tiles_m);
+    }
+    bl_cp_async_commit();
+
+    // dS as the K-major A operand of dQ: element (query i, key j) of the BM x BN tile.
+    unsigned char *sds = smem_base + L::DS;
+
+    for (int it = 0; it < count; ++it) {
+        const int buf = it & 1;
+        const int64_t hl = e_cur / dm.tiles_m, m = e_cur % dm.tiles_m;
+        const int64_t h = g * dm.group + hl;
+        bl_cp_async_wait<0>();
+        bl_fence_proxy_async();  // cp.async wrote what wgmma reads next
+        // This tile has landed for every thread and every warp is done with iteration it-1:
+        // Q / dO buffer buf^1 and the dS tile are free.
+        __syncthreads();
+        if (it + 1 < count) {
+            wg_load_row_tile<T, D>(p, s0, s_rows, buf ^ 1, b, g * dm.group + e_next / dm.tiles_m,
+                                   e_next % dm.tiles_m);
+            bl_cp_async_commit();
+        }
+        e_cur = e_next;
+        e_next = it + 2 < count ? list[it + 2] : 0;
+
+        const uint32_t sQ = s0 + L::Q + buf * (BM * D * 2);
+        const uint32_t sdO = s0 + L::DO + buf * (BM * D * 2);
+        const float *lse2 = s_rows + buf * BM;
+        const float *dlt = s_rows + (2 + buf) * BM;
+
+        // ---- S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x 64 queries) ----
+        float s[NQ * 4], ds[NQ * 4];
+#pragma unroll
+        for (int x = 0; x < NQ * 4; ++x) s[x] = ds[x] = 0.0f;
+        bl_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS_D; ++kk) {
+            const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            bl_wgmma_ss_n64<T, 0>(
+                s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
+        }
+        bl_wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS_D; ++kk) {
+            const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            bl_wgmma_ss_n64<T, 0>(
+                ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
+        }
+        bl_wgmma_commit();
+        bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
+        bl_reg_fence(s);
+
+        // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
+        const int64_t row0 = m * BM;
+        const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
+        const bool need_mask = key0 + BN > dm.seqlen_k ||
+                               (p.causal && key0 + BN - 1 > row0 + diag);
+        const int64_t key_room = dm.seqlen_k - key0;
+        const int key_limit = key_room < BN ? (int)key_room : BN;
+        int64_t causal_room = row0 + diag - key0;
+        causal_room = causal_room > 2 * BN ? 2 * BN : causal_room;
+        causal_room = causal_room < -2 * BN ? -2 * BN : causal_room;
+        const int causal_limit = p.causal ? (int)causal_room : 2 * BN;
+#pragma unroll
+        for (int t = 0; t < NQ; ++t) {
+            const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+            s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
+            s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
+            s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
+            s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
+            if (need_mask) {
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
+                    const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
+                    if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
+                }
+            }
+        }
+
+        // ---- dV += P^T dO (P^T from registers) ----
+        uint32_t pa[BM / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks) {
+            pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+            pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+            pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+            pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+        }
+        bl_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                              bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        bl_wgmma_wait<1>();  // dP^T is done; dV may still run
+        bl_reg_fence(ds);
+
+        // ---- dS^T = P^T * (dP^T - Dlt) ----
+#pragma unroll
+        for (int t = 0; t < NQ; ++t) {
+            const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+            ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
+            ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
+            ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
+            ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
+        }
+        uint32_t dsa[BM / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks) {
+            dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
+            dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
+            dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
+            dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
+        }
+        bl_wgmma_wait<0>();  // dV is done: P's registers may be reused
+        bl_reg_fence(pa);
+
+        // ---- dK += dS^T Q (registers), and dS to shared memory for dQ ----
+        bl_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
+                              bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        {
+            // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8), lane j%8.
+            // This thread's keys: kw + lg (+8); queries 8t + 2lt (+1).
+            const int jj = (kw % WG_KEYS) + lg;
+            unsigned char *panel = sds + wg * (BM * PANEL_ROW_BYTES);
+#pragma unroll
+            for (int t = 0; t < NQ; ++t)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const int j = jj + ((x >> 1) << 3);
+                    const int i = 8 * t + 2 * lt + (x & 1);
+                    const uint32_t off = (uint32_t)i * PANEL_ROW_BYTES +
+                                         (uint32_t)((((j >> 3) ^ (i & 7)) << 4) + (j & 7) * 2);
+                    *reinterpret_cast<T *>(panel + off) = bl_from_float<T>(ds[4 * t + x]);
+                }
+        }
+        bl_fence_proxy_async();  // the dS stores are read by wgmma next
+        __syncthreads();         // every warp's dS is in shared memory
+
+        // ---- dQ(64 x 64) = dS K; fp32 atomics into the accumulator ----
+        float dq[32];
+#pragma unroll
+        for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
+        bl_wgmma_fence();
+        if (D == 128) {
+            // warpgroup wg: d columns 64wg..64wg+63 (K panel wg), all 128 keys
+#pragma unroll
+            for (int ks = 0; ks < BN / 16; ++ks)
+                bl_wgmma_ss_n64<T, 1>(
+                    dq,
+                    bl_wgmma_desc(s0 + L::DS + (ks / 4) * QPANEL + (ks % 4) * K16_BYTES_KMAJOR, 16,
+                                  BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(s0 + L::K + wg * KPANEL + ks * K16_BYTES_MNMAJOR, KPANEL,
+                                  BL_WGMMA_GROUP_BYTES));
+        } else {
+            // warpgroup wg: keys 64wg..64wg+63 (dS panel wg), all 64 d columns
+#pragma unroll
+            for (int ks = 0; ks < WG_KEYS / 16; ++ks)
+                bl_wgmma_ss_n64<T, 1>(
+                    dq,
+                    bl_wgmma_desc(s0 + L::DS + wg * QPANEL + ks * K16_BYTES_KMAJOR, 16,
+                                  BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(s0 + L::K + (wg * WG_KEYS / 16 + ks) * K16_BYTES_MNMAJOR, KPANEL,
+                                  BL_WGMMA_GROUP_BYTES));
+        }
+        bl_wgmma_commit();
+        bl_wgmma_wait<0>();  // dK and dQ are done
+        bl_reg_fence(dq);
+        bl_reg_fence(dsa);
+        {
+            // Rows 16*(warp%4) + lg (+8) of the 64-row tile; columns dh + 8t + 2lt (+1).
+            const int qb = 16 * (warp & 3);
+            const int dh = D == 128 ? 64 * wg : 0;
+            // Lane pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one
+            // row: even lt -> row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
+            const bool odd = lt & 1;
+            const int64_t i = row0 + qb + lg + (odd ? 8 : 0);
+            float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + dh +
+                         2 * (lt & ~1);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
+                const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
+                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+                const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
+                                     : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
+                if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
+            }
+        }
+    }
+    bl_reg_fence(dk_acc);
+    bl_reg_fence(dv_acc);
+
+    // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
+    T *dk = static_cast<T *>(p.dk);
+    T *dv = static_cast<T *>(p.dv);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t j = key0 + kw + lg + 8 * half;
+        if (j < dm.seqlen_k) {
+            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
+            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
+                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
+                                dk_acc[4 * t + 2 * half + 1] * p.scale);
+                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
+                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+            }
+        }
+    }
+}
+
+}  // namespace bl_bwd
