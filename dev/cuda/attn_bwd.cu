@@ -531,11 +531,13 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
 
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "check";
-    if (!strcmp(what, "one")) {  // a short dense run for ncu
+    if (!strcmp(what, "one")) {  // a short dense run of the wgmma kernel, for ncu
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+        g_full_sweep = 0;
         bench_shape(1, 8192, 16, 128, 0);
         return 0;
     }
-    if (!strcmp(what, "bench")) {
+    if (!strcmp(what, "bench")) {  // both kernels, dense; then the wgmma one, sparse too
         g_vname = "mma";
         g_full_sweep = 0;
         bl_bwd_set_variant(BL_BWD_VARIANT_MMA);
