@@ -27,7 +27,7 @@
 namespace bl_bwd {
 
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
-static int g_variant = BL_BWD_VARIANT_MMA;  // wgmma becomes the default once checked on the device
+static int g_variant = BL_BWD_VARIANT_WGMMA;
 
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
