@@ -12,6 +12,7 @@ from . import functional
 from .functional import (attention, backend_available, backward, backward_sparsity,
                          computable_tiles, forward, num_tiles, select, tile_shape)
 from .module import BackLite
+from .calibrate import CalibrationResult, calibrate  # also loads back_lite.diagnostics
 
 __version__ = "0.1.0"
 version = __version__
