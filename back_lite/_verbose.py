@@ -33,7 +33,7 @@ def _ensure_handler() -> None:
 def after_attention(q: torch.Tensor, k: torch.Tensor, causal: bool, negl_prob: float,
                     tile_mass: torch.Tensor) -> None:
     """q: (B, Sq, Hq, D), k: (B, Sk, Hk, D), tile_mass: (B, Hq, Tm, Tn) or (B, Hq, 0, 0)."""
-    if not enabled() or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not enabled():
         return
     _ensure_handler()
     # The figures, the record of the last call and the rate limit (BACK_LITE_VERBOSE_EVERY) live
