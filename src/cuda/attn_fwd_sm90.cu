@@ -407,14 +407,14 @@ __device__ __forceinline__ void write_outputs(const FwdParams &p, const WorkTile
     named_barrier_sync(bar_id, kThreadsPerWarpgroup);  // s_lse2 and the parked masses visible
     const int64_t mtile = w.row0 / kRowsPerWarpgroup + tp.wg;
     if (mtile < p.num_mtiles) {
-        // One key tile per thread: 64 independent loads, coalesced across the warp.
+        // One key tile per thread: 64 independent loads (all in flight), coalesced across the warp.
         const float *lse2_rows = s_lse2 + tp.wg * kRowsPerWarpgroup;
         const float *ws_rows = ws + (int64_t)(tp.wg * kRowsPerWarpgroup) * p.num_ktiles;
         float *wrow = p.tile_mass + (((int64_t)w.b * p.heads_q + w.h) * p.num_mtiles + mtile) * p.num_ktiles;
         for (int n = tp.warp * 32 + tp.lane; n < p.num_ktiles; n += kThreadsPerWarpgroup) {
             float acc = 0.f;
             if (n < w.n_end) {
-#pragma unroll 16
+#pragma unroll
                 for (int r = 0; r < kRowsPerWarpgroup; ++r)
                     acc += ex2_approx(__ldcg(ws_rows + (int64_t)r * p.num_ktiles + n) - lse2_rows[r]);
             }
@@ -492,7 +492,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
             wgmma_fence();
             issue_pv<D, BF16>(o, pa, sV);
             wgmma_commit();
-            if (STATS) park_tile_logmass(ws, p.num_ktiles, tp, n, rowsum, st);  // during P V
+            if (STATS) {
+                // While P V runs: the fences keep the compiler from hoisting this above the issue.
+                reg_fence(rowsum[0]);
+                reg_fence(rowsum[1]);
+                park_tile_logmass(ws, p.num_ktiles, tp, n, rowsum, st);
+            }
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
@@ -644,7 +649,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             if (w.n_end == 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
             softmax_tile<CAUSAL>(s, p, w, tp, 0, st, alpha, rowsum);
             convert_p<BF16>(s, pa);
-            if (STATS) park_tile_logmass(ws, p.num_ktiles, tp, 0, rowsum, st);
             // key tiles 1 .. n_end-1: issue P(n-1) V and Q K(n)^T, softmax(n) under P(n-1) V
             for (int n = 1; n < w.n_end; ++n) {
                 const int pstage = stage;
@@ -663,6 +667,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
                 issue_pv<D, BF16>(o, pa, base + L::kV + pstage * L::kKVBytes);
                 wgmma_commit();
                 named_barrier_arrive(their_turn, kConsumerThreads);
+                // Tile n-1's statistics in the shadow of the GEMMs just issued (rowsum and m_use
+                // still hold tile n-1; the fences keep this below the issue).
+                if (STATS) {
+                    reg_fence(rowsum[0]);
+                    reg_fence(rowsum[1]);
+                    park_tile_logmass(ws, p.num_ktiles, tp, n - 1, rowsum, st);
+                }
                 wgmma_wait<1>();  // S(n) ready; P(n-1) V may still run
 #pragma unroll
                 for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
@@ -674,7 +685,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
                 if (warp_leader) mbarrier_arrive(L::kv_empty(base, pstage));
                 rescale_o(o, alpha);
                 convert_p<BF16>(s, pa);
-                if (STATS) park_tile_logmass(ws, p.num_ktiles, tp, n, rowsum, st);
             }
             // last P V
             mbarrier_wait(L::v_full(base, stage), phase);
@@ -685,6 +695,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             issue_pv<D, BF16>(o, pa, base + L::kV + stage * L::kKVBytes);
             wgmma_commit();
             named_barrier_arrive(their_turn, kConsumerThreads);
+            if (STATS) {
+                reg_fence(rowsum[0]);
+                reg_fence(rowsum[1]);
+                park_tile_logmass(ws, p.num_ktiles, tp, w.n_end - 1, rowsum, st);
+            }
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
