@@ -9,7 +9,7 @@
 //
 // Build (from the repo root):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math \
-//        --expt-relaxed-constexpr -I include -I src -I src/cuda -o attn_bwd dev/cuda/attn_bwd.cu \
+//        --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT -I include -I src -I src/cuda -o attn_bwd dev/cuda/attn_bwd.cu \
 //        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu \
 //        src/select.c src/error.c
 // Run: ./attn_bwd check | ./attn_bwd small | ./attn_bwd bench
@@ -84,6 +84,8 @@ struct Case {
     float negl;      // mode 2
     int padded;      // 1: tensors live inside wider rows (strides != packed)
     int nan_row;     // 1: one q row of head 0 is NaN (checks NaN stays in its head)
+    int synthetic;   // 1: long sequences: random out, made-up lse and W (no O(S^2) CPU forward),
+                     //    and a CPU reference that visits the kept tiles only
 };
 
 // A (B, S, H, D) tensor on the host: float values already rounded to the dtype, and its layout.
@@ -207,6 +209,74 @@ static void cpu_backward(const Case &c, HostT &q, HostT &k, HostT &v, HostT &out
         }
 }
 
+// Stand-in forward for long sequences: out random, lse = log(#allowed keys) + noise (-inf for
+// rows with none), W banded around each row tile's last allowed key tile. The backward's formula
+// holds for any (out, lse), so the GPU and CPU still compute the same thing.
+static void synth_forward(const Case &c, HostT &out, std::vector<float> &lse,
+                          std::vector<float> &W) {
+    const int Tm = (c.Sq + 63) / 64, Tn = (c.Sk + 127) / 128;
+    fill_random(out, c.dt, 1.0);
+    lse.assign((size_t)c.B * c.Hq * c.Sq, 0.0f);
+    W.assign((size_t)c.B * c.Hq * Tm * Tn, 0.0f);
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.Hq; ++h) {
+            for (int i = 0; i < c.Sq; ++i) {
+                const int64_t lim = key_limit(c.causal, i, c.Sq, c.Sk);
+                lse[((size_t)b * c.Hq + h) * c.Sq + i] =
+                    lim > 0 ? (float)(log((double)lim) + 0.5 * urand()) : -INFINITY;
+            }
+            for (int m = 0; m < Tm; ++m) {
+                const int last_row = std::min(64 * m + 63, c.Sq - 1);
+                const int64_t lim = key_limit(c.causal, last_row, c.Sq, c.Sk);
+                const double center = lim > 0 ? (double)((lim - 1) / 128) : -1;
+                for (int n = 0; n < Tn; ++n)
+                    W[(((size_t)b * c.Hq + h) * Tm + m) * Tn + n] =
+                        (lim > (int64_t)n * 128) ? (float)(exp(-fabs(n - center) / 2.0) * (0.5 + urand())) : 0.0f;
+            }
+        }
+}
+
+// float64 backward visiting only the kept, causally live tiles of `mask` (B,Hq,Tm,Tn).
+static void cpu_backward_tiles(const Case &c, HostT &q, HostT &k, HostT &v, HostT &out,
+                               HostT &dout, const std::vector<float> &lse,
+                               const std::vector<uint8_t> &mask, float scale,
+                               std::vector<double> &dq, std::vector<double> &dk,
+                               std::vector<double> &dv) {
+    const int G = c.Hq / c.Hk, Tm = (c.Sq + 63) / 64, Tn = (c.Sk + 127) / 128;
+    dq.assign((size_t)c.B * c.Sq * c.Hq * c.D, 0.0);
+    dk.assign((size_t)c.B * c.Sk * c.Hk * c.D, 0.0);
+    dv.assign((size_t)c.B * c.Sk * c.Hk * c.D, 0.0);
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.Hq; ++h) {
+            const int g = h / G;
+            for (int m = 0; m < Tm; ++m)
+                for (int n = 0; n < Tn; ++n) {
+                    if (!mask[(((size_t)b * c.Hq + h) * Tm + m) * Tn + n]) continue;
+                    for (int i = 64 * m; i < std::min(64 * m + 64, c.Sq); ++i) {
+                        const double l = lse[((size_t)b * c.Hq + h) * c.Sq + i];
+                        if (l == -INFINITY) continue;
+                        double dlt = 0;
+                        for (int d = 0; d < c.D; ++d) dlt += (double)dout.at(b, i, h, d) * out.at(b, i, h, d);
+                        const int64_t lim = std::min<int64_t>(key_limit(c.causal, i, c.Sq, c.Sk), 128 * n + 128);
+                        for (int j = 128 * n; j < lim; ++j) {
+                            double sc = 0, dp = 0;
+                            for (int d = 0; d < c.D; ++d) {
+                                sc += (double)q.at(b, i, h, d) * k.at(b, j, g, d);
+                                dp += (double)dout.at(b, i, h, d) * v.at(b, j, g, d);
+                            }
+                            const double p = exp(sc * scale - l);
+                            const double ds = p * (dp - dlt);
+                            for (int d = 0; d < c.D; ++d) {
+                                dq[(((size_t)b * c.Sq + i) * c.Hq + h) * c.D + d] += scale * ds * k.at(b, j, g, d);
+                                dk[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += scale * ds * q.at(b, i, h, d);
+                                dv[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += p * dout.at(b, i, h, d);
+                            }
+                        }
+                    }
+                }
+        }
+}
+
 // Max |gpu - ref| over max |ref|, on the finite reference entries; counts NaN mismatches.
 struct Err {
     double rel;
@@ -267,7 +337,8 @@ static int run_case(const Case &c) {
     fill_random(dout, c.dt, 1.0);
     if (c.nan_row) for (int d = 0; d < c.D; ++d) q.at(0, c.Sq / 2, 0, d) = NAN;
     std::vector<float> lse, W;
-    cpu_forward(c, q, k, v, out, lse, W, scale);
+    if (c.synthetic) synth_forward(c, out, lse, W);
+    else cpu_forward(c, q, k, v, out, lse, W, scale);
 
     std::vector<uint8_t> mask((size_t)c.B * c.Hq * Tm * Tn, 1);
     if (c.mode == 1)
@@ -277,7 +348,8 @@ static int run_case(const Case &c) {
         for (size_t r = 0; r < (size_t)c.B * c.Hq * Tm; ++r)
             bl_select_row_tile(&W[r * Tn], Tn, (double)c.negl, &mask[r * Tn], scratch.data());
     std::vector<double> rdq, rdk, rdv;
-    cpu_backward(c, q, k, v, out, dout, lse, mask, scale, rdq, rdk, rdv);
+    if (c.synthetic) cpu_backward_tiles(c, q, k, v, out, dout, lse, mask, scale, rdq, rdk, rdv);
+    else cpu_backward(c, q, k, v, out, dout, lse, mask, scale, rdq, rdk, rdv);
 
     int all_ok = 1;
     for (int variant : {BL_BWD_VARIANT_WGMMA, BL_BWD_VARIANT_MMA}) {
@@ -337,7 +409,7 @@ static int run_case(const Case &c) {
            "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s\n",
            variant == BL_BWD_VARIANT_WGMMA ? "wgmma" : "mma", c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
            c.causal ? "causal" : "full  ", c.mode == 0 ? "dense" : c.mode == 1 ? "mask" : "select",
-           c.padded ? " strided" : "", c.nan_row ? " nan" : "", (double)kept / mask.size(),
+           c.padded ? " strided" : "", c.nan_row ? " nan" : c.synthetic ? " long" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
            ok ? "PASS" : "FAIL");
     cudaFree(ws); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_do);
@@ -529,6 +601,30 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
     cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);
 }
 
+// The tile-visiting CPU reference against the plain one, on a small masked causal case.
+static int check_tile_reference(void) {
+    Case c = {1, 200, 333, 2, 1, 64, 1, BL_DTYPE_BF16, 1, 0.5, 0, 0, 0, 0};
+    const float scale = 0.125f;
+    const int Tm = (c.Sq + 63) / 64, Tn = (c.Sk + 127) / 128;
+    HostT q = make_t(1, c.Sq, 2, 64, 0), k = make_t(1, c.Sk, 1, 64, 0), v = make_t(1, c.Sk, 1, 64, 0),
+          out = make_t(1, c.Sq, 2, 64, 0), dout = make_t(1, c.Sq, 2, 64, 0);
+    fill_random(q, c.dt, 1.0); fill_random(k, c.dt, 1.0); fill_random(v, c.dt, 1.0);
+    fill_random(dout, c.dt, 1.0);
+    std::vector<float> lse, W;
+    cpu_forward(c, q, k, v, out, lse, W, scale);
+    std::vector<uint8_t> mask((size_t)2 * Tm * Tn);
+    for (auto &x : mask) x = urand() < 0.5;
+    std::vector<double> a[3], t[3];
+    cpu_backward(c, q, k, v, out, dout, lse, mask, scale, a[0], a[1], a[2]);
+    cpu_backward_tiles(c, q, k, v, out, dout, lse, mask, scale, t[0], t[1], t[2]);
+    double worst = 0;
+    for (int x = 0; x < 3; ++x)
+        for (size_t e = 0; e < a[x].size(); ++e) worst = std::max(worst, fabs(a[x][e] - t[x][e]));
+    printf("tile-visiting CPU reference vs plain one: max |diff| %.2e  %s\n", worst,
+           worst < 1e-9 ? "PASS" : "FAIL");
+    return worst < 1e-9;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "check";
     if (!strcmp(what, "one")) {  // a short dense run of the wgmma kernel, for ncu
@@ -573,8 +669,12 @@ int main(int argc, char **argv) {
         cases.push_back({1, 64, 64, 1, 1, 64, 0, FP, 1, 0.0, 0, 0, 0});    // nothing kept
         cases.push_back({1, 1, 1, 1, 1, 128, 0, BF, 0, 0, 0, 0, 0});       // one token
         cases.push_back({1, 256, 300, 4, 2, 128, 0, BF, 0, 0, 0, 0, 1});   // NaN row in head 0
+        // Long sequences (Tn = 1024 selection rows; Tm = 2048 row tiles), synthetic forward.
+        cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});
+        cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});
     }
     int fails = 0;
+    if (strcmp(what, "small")) fails += !check_tile_reference();
     for (auto &c : cases) fails += !run_case(c);
     if (strcmp(what, "small")) fails += !check_selection_synthetic();
     printf("%s: %d case(s) failed\n", what, fails);

@@ -7,7 +7,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT" build/dev
 STEPS=${*:-build check sanitize bench sdpa}
-NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -I include -I src -I src/cuda"
+NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT -I include -I src -I src/cuda"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 
 if has build; then
@@ -34,8 +34,8 @@ if has bench; then
   timeout 120 ./build/dev/attn_bwd bench 2>&1 | tee "$OUT/bwd-bench.txt"
 fi
 if has ncu; then
-  # One launch of the main kernel (dense, S=8192, H=16, D=128, bf16): where its time goes.
-  timeout 150 ncu --clock-control none -k regex:bl_attn_bwd_kernel -s 2 -c 1 \
+  # One launch of the wgmma main kernel (dense, S=8192, H=16, D=128, bf16): where its time goes.
+  timeout 150 ncu --clock-control none -k regex:bwd_wgmma_kernel -s 2 -c 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     ./build/dev/attn_bwd one > "$OUT/bwd-ncu.txt" 2>&1; echo "ncu rc=$?"

@@ -13,7 +13,8 @@
 //   dP^T = V dO^T; dS^T = P^T * (dP^T - Dlt)
 //   dK  += dS^T Q                 (registers; times scale at the end)
 //   dQ  += dS K                   (dS through shared memory; fp32 atomics into the workspace)
-// Two variants: wgmma (bwd_wgmma_sm90.cuh, the default) and mma.sync (bwd_mma_sm90.cuh).
+// Main kernel: wgmma (bwd_wgmma_sm90.cuh); the earlier mma.sync one (bwd_mma_sm90.cuh) is kept
+// for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -21,16 +22,23 @@
 #include "cuda_check.cuh"
 #include "bwd_common.cuh"
 #include "bwd_kernel_common.cuh"
+// The mma.sync kernel (version 2) is built only into the dev checker (-DBL_BWD_WITH_MMA_VARIANT),
+// which compares both kernels; the library carries the wgmma kernel alone.
+#ifdef BL_BWD_WITH_MMA_VARIANT
 #include "bwd_mma_sm90.cuh"
+#endif
 #include "bwd_wgmma_sm90.cuh"
 
 namespace bl_bwd {
 
+#ifdef BL_BWD_WITH_MMA_VARIANT
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
+#endif
 
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
+#ifdef BL_BWD_WITH_MMA_VARIANT
     if (g_variant == BL_BWD_VARIANT_MMA) {
         const size_t smem = smem_layout<D>::BYTES;
         BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_mma_kernel<T, D>,
@@ -39,6 +47,7 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
         BL_CUDA_CHECK_LAUNCH("bwd_mma_kernel");
         return BL_OK;
     }
+#endif
     const size_t smem = wg_smem<D>::BYTES;
     BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -63,7 +72,13 @@ bl_status check_vec_aligned(const char *name, bl_tensor t) {
 
 using namespace bl_bwd;
 
-void bl_bwd_set_variant(int variant) { g_variant = variant; }
+void bl_bwd_set_variant(int variant) {
+#ifdef BL_BWD_WITH_MMA_VARIANT
+    g_variant = variant;
+#else
+    (void)variant;  // one kernel in library builds
+#endif
+}
 
 extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_tensor k,
                                       bl_tensor v, bl_tensor out, bl_tensor dout,

@@ -57,7 +57,8 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
                                     bl_tensor dq, const bl_bwd_workspace *ws,
                                     cudaStream_t stream);
 
-// Main-kernel variant of bl_cuda_backward (a development switch for dev/cuda/attn_bwd.cu; the
-// library uses the default).
+// Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu. The
+// mma.sync variant exists only in builds with -DBL_BWD_WITH_MMA_VARIANT; elsewhere the wgmma
+// kernel runs whatever is set.
 enum { BL_BWD_VARIANT_WGMMA = 0, BL_BWD_VARIANT_MMA = 1 };
 void bl_bwd_set_variant(int variant);

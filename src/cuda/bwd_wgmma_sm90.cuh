@@ -171,6 +171,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
         float s[NQ * 4], ds[NQ * 4];
 #pragma unroll
         for (int x = 0; x < NQ * 4; ++x) s[x] = ds[x] = 0.0f;
+        // The zeros must be in the registers before the fence (else ptxas serializes).
+        bl_reg_fence(s);
+        bl_reg_fence(ds);
         bl_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS_D; ++kk) {
@@ -289,6 +292,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
         float dq[32];
 #pragma unroll
         for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
+        bl_reg_fence(dq);
         bl_wgmma_fence();
         if (D == 128) {
             // warpgroup wg: d columns 64wg..64wg+63 (K panel wg), all 128 keys
