@@ -434,7 +434,7 @@ def train_run(name, negl_prob, data_seed, args, size, device, eval_batch):
             row["eval_loss"] = evaluate(model, eval_batch, autocast)
         history.append(row)
         if args.verbose and (step + 1) % args.eval_every == 0:
-            print(f"  [{name}] step {step + 1:4d} loss {float(loss):.4f} "
+            print(f"  [{name}] step {step + 1:4d} loss {row['loss']:.4f} "
                   f"eval {row['eval_loss']:.4f} step {step_ms:.0f} ms "
                   f"attn bwd {attn_bwd_ms:.0f} ms", flush=True)
     return history, fidelity
@@ -510,7 +510,8 @@ def write_outputs(out_dir, args, size, device, runs, summaries, histories, fidel
         f"{size['width']}, patch {size['patch']} -> {tokens} tokens; batch {size['batch']}; "
         f"{args.steps} steps, lr {args.lr}; attention in "
         f"{'bf16' if device.type == 'cuda' else 'fp32'}",
-        f"- wall time of all runs: {wall_s:.0f} s",
+        f"- wall time of all runs: {wall_s:.0f} s; load average (1 min) at the start and the "
+        f"end: {args.load_start:.1f}, {_load():.1f} (timings on a shared machine move with it)",
         "",
         "| run | negl_prob | val loss (end) | train loss (last "
         f"{int(args.tail * 100)}%) | step ms | attn bwd ms | attn bwd speedup | bwd sparsity | "
@@ -542,6 +543,10 @@ def write_outputs(out_dir, args, size, device, runs, summaries, histories, fidel
                        summaries=summaries, fidelity=fidelities, wall_s=wall_s), f, indent=1)
     plot(out_dir, args, histories, summaries)
     return "\n".join(lines)
+
+
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 def _device_name(device):
@@ -635,6 +640,7 @@ def main(argv=None):
     if not args.no_noise_run:
         runs.append(("dense seed+1", 0.0, args.seed + 1))
     histories, fidelities, summaries = [], [], []
+    args.load_start = _load()
     start = time.perf_counter()
     for name, negl_prob, data_seed in runs:
         t0 = time.perf_counter()
