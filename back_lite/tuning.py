@@ -30,8 +30,9 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from . import _checks, calibrate as _calibrate
-from .calibrate import KINDS, Target
+from . import _checks
+# (`from . import calibrate` would give the function back_lite.calibrate, not the module)
+from .calibrate import KINDS, Target, _Session
 
 DEFAULT_EVERY = 100
 DEFAULT_INCREASE = 1.25
@@ -94,8 +95,8 @@ class FidelityController:
             for m in self.modules.values():
                 m.negl_prob = value
 
-    def _session(self, batches) -> "_calibrate._Session":
-        return _calibrate._Session(self.model, batches, self.loss_fn, self.modules_arg,
+    def _session(self, batches) -> _Session:
+        return _Session(self.model, batches, self.loss_fn, self.modules_arg,
                                    self.parameters, self.target, self.seed)
 
     @property
