@@ -3,9 +3,10 @@
  * This is the readable reference of the GPU algorithm. One work item is one (batch, query head,
  * row tile of BL_TILE_M rows); it walks the key tiles of BL_TILE_N keys with an online softmax
  * (running row max and row sum, rescaled accumulator). With statistics on, every row also keeps
- * the log of the mass it put in each key tile, relative to nothing yet (max + log(tile sum)),
- * because its share P = exp(log_mass - lse) is only known once the row's lse is final; after the
- * last key tile those per-row values are reduced to W[m, n] = sum over the tile's rows.
+ * the log of the unnormalized mass it put in each key tile (running max + log(tile sum)): its
+ * probability in that tile, exp(log_mass - lse), is only known once the row's lse is final, so
+ * after the last key tile the kept values are reduced to W[m, n] = sum over the tile's rows. This
+ * small (TM, Tn) scratch is what the GPU keeps in its workspace instead of a (B, H, Sq, Tn) tensor.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -25,12 +26,13 @@ typedef struct fwd_scratch {
     float *row_max;  /* (TM) running max of the scores */
     float *row_sum;  /* (TM) running sum of exp(score - row_max) */
     int64_t *limit;  /* (TM) number of keys each row may see (a prefix) */
-    double *log_mass;/* (TM, Tn) per-row log of the mass in each key tile, stats only */
+    double *log_mass; /* (TM, Tn) per-row log of the unnormalized mass per key tile, stats only */
+    double *row_lse;  /* (TM) final lse of each row, in double for the W reduction */
 } fwd_scratch;
 
 static void fwd_scratch_free(fwd_scratch *s) {
     free(s->q); free(s->k_row); free(s->k_t); free(s->v); free(s->s); free(s->acc);
-    free(s->row_max); free(s->row_sum); free(s->limit); free(s->log_mass);
+    free(s->row_max); free(s->row_sum); free(s->limit); free(s->log_mass); free(s->row_lse);
 }
 
 static int fwd_scratch_alloc(fwd_scratch *s, int D, int64_t num_tiles_n, int with_stats) {
@@ -44,8 +46,9 @@ static int fwd_scratch_alloc(fwd_scratch *s, int D, int64_t num_tiles_n, int wit
     s->row_sum = malloc(sizeof(float) * BL_TILE_M);
     s->limit = malloc(sizeof(int64_t) * BL_TILE_M);
     s->log_mass = with_stats ? malloc(sizeof(double) * BL_TILE_M * (size_t)num_tiles_n) : NULL;
-    return s->q && s->k_row && s->k_t && s->v && s->s && s->acc && s->row_max && s->row_sum && s->limit &&
-           (!with_stats || s->log_mass);
+    s->row_lse = malloc(sizeof(double) * BL_TILE_M);
+    return s->q && s->k_row && s->k_t && s->v && s->s && s->acc && s->row_max && s->row_sum &&
+           s->limit && s->row_lse && (!with_stats || s->log_mass);
 }
 
 /* Converts keys/values [j0, j1) of kv head hk to float: k transposed into k_t, v as rows. */
@@ -143,12 +146,9 @@ static void forward_row_tile(const bl_attn_desc *d, const bl_tensor *q, const bl
             lse_rows[i0 + r] = -INFINITY;
             continue;
         }
-        const double row_lse = (double)s->row_max[r] + log((double)s->row_sum[r]);
-        lse_rows[i0 + r] = (float)row_lse;
+        s->row_lse[r] = (double)s->row_max[r] + log((double)s->row_sum[r]);
+        lse_rows[i0 + r] = (float)s->row_lse[r];
         bl_store_row(out, d->dtype, b, i0 + r, h, D, s->acc + r * D, 1.0f / s->row_sum[r]);
-        if (s->log_mass) /* from now on row r's log_mass holds its probability per tile */
-            for (int64_t n = 0; n < tiles_visited; ++n)
-                s->log_mass[r * num_tiles_n + n] = exp(s->log_mass[r * num_tiles_n + n] - row_lse);
     }
 
     if (tile_mass) {
@@ -156,8 +156,9 @@ static void forward_row_tile(const bl_attn_desc *d, const bl_tensor *q, const bl
         for (int64_t n = 0; n < num_tiles_n; ++n) {
             double mass = 0.0;
             if (n < tiles_visited)
-                for (int64_t r = 0; r < rows; ++r)
-                    if (s->limit[r] > 0) mass += s->log_mass[r * num_tiles_n + n];
+                for (int64_t r = 0; r < rows; ++r) /* rows without keys carry no mass */
+                    if (s->limit[r] > 0)
+                        mass += exp(s->log_mass[r * num_tiles_n + n] - s->row_lse[r]);
             w[n] = (float)mass;
         }
     }

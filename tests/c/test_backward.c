@@ -13,6 +13,7 @@ static const case_shape shapes[] = {
     {1, 1, 300, 2, 1, 64},
     {2, 300, 1, 2, 2, 128},
     {1, 200, 200, 2, 1, 256},
+    {1, 70, 129, 2, 2, 2},    /* the smallest head dim */
 };
 
 /* Tiles the negl_prob selection kept / looked at, over all cases: the sparse path must be tested

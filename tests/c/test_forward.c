@@ -12,6 +12,7 @@ static const case_shape shapes[] = {
     {1, 1, 300, 2, 1, 64},    /* one query row against many keys (decode-like) */
     {2, 300, 1, 2, 2, 128},   /* many rows, one key: causal leaves almost every row empty */
     {1, 200, 200, 2, 1, 256}, /* the largest head dim */
+    {1, 70, 129, 2, 2, 2},    /* the smallest head dim */
 };
 
 static void check_forward(attn_case *c) {
