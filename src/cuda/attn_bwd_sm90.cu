@@ -85,6 +85,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                                       const float *lse, const float *tile_mass, float negl_prob,
                                       const uint8_t *mask, bl_tensor dq, bl_tensor dk,
                                       bl_tensor dv) {
+    if (!bl_cuda_available())
+        return bl_set_error(BL_ERR_NO_BACKEND,
+                            "bl_backward: no CUDA device of compute capability 9.0 is usable "
+                            "(the CUDA backward needs an H100/H200 and a working driver)");
     if (d->dtype != BL_DTYPE_BF16 && d->dtype != BL_DTYPE_F16)
         return bl_set_error(BL_ERR_UNSUPPORTED,
                             "desc->dtype = %d: the CUDA backward supports bf16 and fp16 only",

@@ -127,6 +127,10 @@ bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float 
 
 extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *tile_mass,
                                           float negl_prob, uint8_t *mask) {
+    if (!bl_cuda_available())
+        return bl_set_error(BL_ERR_NO_BACKEND,
+                            "bl_select_tiles: no CUDA device of compute capability 9.0 is usable "
+                            "(the CUDA backend needs an H100/H200 and a working driver)");
     bl_bwd_dims dm = bl_bwd_make_dims(d);
     return bl_select_launch(dm, tile_mass, negl_prob, mask, (cudaStream_t)d->stream);
 }
