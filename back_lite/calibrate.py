@@ -487,6 +487,13 @@ class CalibrationResult:
         for name, m in diagnostics.backlite_modules(model).items():
             m.negl_prob = _checks.negl_prob(self.per_layer.get(name, self.negl_prob))
 
+    def check(self, model, batches: Iterable, loss_fn: Optional[Callable] = None,
+              **kwargs) -> "FidelityReport":
+        """evaluate() at these values against this result's target, e.g. on held-out batches."""
+        t = self.target
+        return evaluate(model, batches, self, loss_fn, target_cosine=t.get("cosine"),
+                        target_rel_l2=t.get("rel_l2"), on=tuple(t["on"]), **kwargs)
+
     # ---- the table
     def _at(self, layer: str, negl_prob: float, key: str) -> float:
         curve = self.curve.get(layer)

@@ -176,9 +176,12 @@ def test_calibrated_value_meets_the_target_and_the_next_one_does_not(toy):
 
 def test_calibrated_value_holds_on_held_out_batches(toy):
     model, _, held_out, loss, result = toy
-    report = cal.evaluate(model, held_out, result, loss, target_cosine=0.99)
+    report = result.check(model, held_out, loss)
     assert report.passed, report.margins
     assert report.worst_cosine >= 0.99
+    # the same through evaluate() with the value itself
+    again = cal.evaluate(model, held_out, result.negl_prob, loss, target_cosine=0.99)
+    assert again.margins == report.margins
     assert all(m.negl_prob == 0.0 for m in model.modules()
                if isinstance(m, back_lite.BackLite))  # evaluate restores the modules
 
