@@ -33,7 +33,7 @@ bl_status bl_cpu_backward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_te
                           const float *tile_mass, float negl_prob, const uint8_t *mask,
                           bl_tensor dq, bl_tensor dk, bl_tensor dv);
 
-/* ---- CUDA backend (src/cuda/*.cu; src/stub/cuda_stub.c when built without nvcc) ---- */
+/* ---- CUDA backend (the .cu files in src/cuda; src/stub/cuda_stub.c when built without nvcc) ---- */
 int bl_cuda_available(void);
 bl_status bl_cuda_workspace_size(const bl_attn_desc *d, bl_op op, int with_stats, size_t *bytes);
 bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_tensor v,
