@@ -719,10 +719,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
 
 // ---- host side ----
 
-bl_status sm_count(int *count) {
-    int dev = 0;
-    BL_CUDA_CHECK(cudaGetDevice(&dev));
-    BL_CUDA_CHECK(cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, dev));
+// The kernels are built for sm_90a only: no driver, no device or another architecture is
+// BL_ERR_NO_BACKEND (with CUDA's own words), never a launch failure later. Returns the SM count.
+bl_status require_sm90_device(int *sm_count) {
+    int dev = 0, major = 0, minor = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();  // leave no sticky error behind for the caller's next call
+        return bl_set_error(BL_ERR_NO_BACKEND, "CUDA backend: no usable CUDA device (%s)",
+                            cudaGetErrorString(e));
+    }
+    if (major != 9 || minor != 0)
+        return bl_set_error(BL_ERR_NO_BACKEND,
+                            "CUDA backend: device %d has compute capability %d.%d, the kernels are "
+                            "built for 9.0 (sm_90a)", dev, major, minor);
     return BL_OK;
 }
 
@@ -843,13 +856,15 @@ extern "C" bl_status bl_cuda_workspace_size(const bl_attn_desc *d, bl_op op, int
     *bytes = 0;
     if (!with_stats) return BL_OK;
     int sms = 0;
-    BL_TRY(sm_count(&sms));
+    BL_TRY(require_sm90_device(&sms));
     *bytes = stats_workspace_bytes(d, sms);
     return BL_OK;
 }
 
 extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_tensor v,
                                      bl_tensor out, float *lse, float *tile_mass) {
+    int sms = 0;
+    BL_TRY(require_sm90_device(&sms));
     if (d->dtype != BL_DTYPE_BF16 && d->dtype != BL_DTYPE_F16)
         return bl_set_error(BL_ERR_UNSUPPORTED,
                             "CUDA forward: dtype=%d is not supported (bf16 and fp16 only)", (int)d->dtype);
@@ -869,8 +884,6 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
                             "CUDA forward: batch*heads_q*ceil(seqlen_q/%d)=%lld exceeds INT_MAX",
                             kBlockM, (long long)num_work);
 
-    int sms = 0;
-    BL_TRY(sm_count(&sms));
     FwdTmaParams tp;
     memset(&tp, 0, sizeof tp);
     FwdParams &p = tp.p;
