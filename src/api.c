@@ -111,6 +111,17 @@ static bl_status check_negl_prob(const char *fn, float negl_prob) {
     return BL_OK;
 }
 
+/* A compute call on the CUDA backend needs it compiled in and a usable device; saying so here
+ * gives one clear message instead of whichever CUDA call would fail first. */
+static bl_status require_backend(const char *fn, const bl_attn_desc *d) {
+    if (d->backend == BL_BACKEND_CUDA && !bl_cuda_available())
+        return bl_set_error(BL_ERR_NO_BACKEND,
+                            "%s: desc->backend is BL_BACKEND_CUDA but the CUDA backend is not "
+                            "available (not compiled into this build, or no compute capability "
+                            "9.0 device is visible)", fn);
+    return BL_OK;
+}
+
 /* CUDA calls run on caller-provided device scratch; the CPU backend needs none. */
 static bl_status check_workspace(const char *fn, const bl_attn_desc *d, bl_op op,
                                  int with_stats) {
@@ -194,6 +205,7 @@ bl_status bl_forward(const bl_attn_desc *desc, bl_tensor q, bl_tensor k, bl_tens
     BL_CHECK(check_tensor(fn, "v", &v, B, Sk, desc->heads_k));
     BL_CHECK(check_tensor(fn, "out", &out, B, Sq, desc->heads_q));
     if (!lse) return bl_set_error(BL_ERR_INVALID_ARGUMENT, "%s: lse is NULL", fn);
+    BL_CHECK(require_backend(fn, desc));
     BL_CHECK(check_workspace(fn, desc, BL_OP_FORWARD, tile_mass != NULL));
     if (desc->backend == BL_BACKEND_CPU) return bl_cpu_forward(desc, q, k, v, out, lse, tile_mass);
     return bl_cuda_forward(desc, q, k, v, out, lse, tile_mass);
@@ -209,6 +221,7 @@ bl_status bl_select_tiles(const bl_attn_desc *desc, const float *tile_mass, floa
     if (!tile_mass) return bl_set_error(BL_ERR_INVALID_ARGUMENT, "%s: tile_mass is NULL", fn);
     if (!mask) return bl_set_error(BL_ERR_INVALID_ARGUMENT, "%s: mask is NULL", fn);
     BL_CHECK(check_negl_prob(fn, negl_prob));
+    BL_CHECK(require_backend(fn, desc));
     if (desc->backend == BL_BACKEND_CPU)
         return bl_cpu_select_tiles(desc, tile_mass, negl_prob, mask);
     return bl_cuda_select_tiles(desc, tile_mass, negl_prob, mask);
@@ -240,6 +253,7 @@ bl_status bl_backward(const bl_attn_desc *desc, bl_tensor q, bl_tensor k, bl_ten
         return bl_set_error(BL_ERR_INVALID_ARGUMENT,
                             "%s: tile_mass is NULL but mask is NULL and negl_prob=%g > 0 asks "
                             "for selection from the tile mass", fn, (double)negl_prob);
+    BL_CHECK(require_backend(fn, desc));
     /* with_stats for the backward: whether the call selects tiles from the tile mass. */
     BL_CHECK(check_workspace(fn, desc, BL_OP_BACKWARD, select_from_mass));
     if (desc->backend == BL_BACKEND_CPU)

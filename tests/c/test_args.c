@@ -272,6 +272,13 @@ static void other_functions(void) {
                (int)st, bl_last_error());
         EXPECT(strstr(bl_last_error(), "CUDA") != NULL, "absent CUDA backend message: \"%s\"",
                bl_last_error());
+        st = bl_select_tiles(&cuda, w_buf, 0.1f, mask_buf);
+        EXPECT(st == BL_ERR_NO_BACKEND, "bl_select_tiles on an absent CUDA backend returned %d "
+               "(%s)", (int)st, bl_last_error());
+        st = bl_backward(&cuda, tq(q_buf), tk(k_buf), tk(v_buf), tq(out_buf), tq(dout_buf),
+                         lse_buf, NULL, 0.0f, NULL, tq(dq_buf), tk(dk_buf), tk(dv_buf));
+        EXPECT(st == BL_ERR_NO_BACKEND, "bl_backward on an absent CUDA backend returned %d (%s)",
+               (int)st, bl_last_error());
     }
 
     char version[32];
