@@ -13,19 +13,22 @@ a local fp32 accumulator and adds dk/dv into fp32 accumulators that travel with 
 extra hop after the last step brings every accumulator home.
 
 Tile selection (negl_prob > 0). The global selection needs, for every local row tile, the tile
-mass W of the whole row normalized by the GLOBAL row lse; the library's W of step t is normalized
-by that step's own lse_t. Per row i the exact factor is f_i = exp(lse_t,i - lse_i) (the share of
-row i's global mass that falls in the visiting keys), but W has already summed 64 rows, so exact
-renormalization is impossible from W alone. We rescale each step's row tile m by
+mass W of the whole row normalized by the GLOBAL row lse; the library's W of a call is normalized
+by that call's own lse_c. Per row i the exact factor is f_i = exp(lse_c,i - lse_i) (the share of
+row i's global mass that falls in the call's keys), but W has already summed 64 rows, so exact
+renormalization from W is impossible in general. We rescale each call's row tile m by
 
-    F_m = sum_{i in m} f_i / sum_n W_t[m, n]
+    F_m = sum_{i in m} f_i / sum_n W_c[m, n]
 
-which makes the rescaled row tile carry exactly its true share of the global mass (the row tile
-totals over every step are exact); only how that share spreads over the visiting key tiles is
-approximate (exact when the f_i of the row tile are equal). The rescaled pieces are placed into a
-(B, Hq, Tm_local, Tn_global) W in global key order, the selection runs once per row tile over the
-whole row (back_lite.functional.select), and every backward step gets its slice of that mask
-through the explicit-mask backward. docs/distributed.md gives the measured effect.
+which gives the row tile exactly its true share of the global mass in the call's keys (row tile
+totals are exact); only how that share spreads over the call's key tiles is a guess (it is exact
+when the f_i of the row tile are equal, or when the call covers one key tile). So the forward
+with statistics makes one call per visiting key chunk ("chunk" split, default: the guess stays
+inside one contiguous chunk) or, with exact_stats, one call per visiting key tile ("tile" split:
+exact, more and smaller calls). The rescaled pieces are placed into a (B, Hq, Tm_local,
+Tn_global) W in global key order, the selection runs once per row tile over the whole row
+(back_lite.functional.select), and each backward step gets its slice of that mask through the
+explicit-mask backward. docs/distributed.md gives the measured effect of the default.
 """
 from __future__ import annotations
 
@@ -98,6 +101,11 @@ class _RingPlan:
                     f"BackLite: zigzag ring attention with a sparse backward needs every query "
                     f"chunk to be whole row tiles: q has {self.seqlen_q} local tokens = 2 chunks "
                     f"of {self.chunk_q}, not a multiple of TM={self.tile_m}")
+            if self.tile_n % self.tile_m != 0:
+                # per-key-tile calls split diagonal blocks at key tile boundaries, which must
+                # then be row tile boundaries too
+                raise ValueError(f"BackLite: ring attention needs TN={self.tile_n} to be a "
+                                 f"multiple of TM={self.tile_m}")
             self.num_cols = self.world_size * self.seqlen_k // self.tile_n
 
     def step(self, owner: int) -> Optional[_Step]:
@@ -119,6 +127,66 @@ class _RingPlan:
         # owner > rank: only the late local chunk 2P-1-rank sees the visitor, and it sees both
         # of its chunks.
         return _Step(self.chunk_q, self.seqlen_q, 0, self.seqlen_k, False)
+
+    def calls(self, owner: int, split: str) -> list[_Step]:
+        """The library calls for the shard of rank `owner` (none when no local row sees it).
+
+        split "step": the one call of step(). "chunk": one call per visiting key chunk (and per
+        diagonal block), so that every call's W covers a single key chunk and the rescaling
+        (module docstring) only has to guess how the mass spreads inside a chunk, not between
+        chunks that may lie far apart in the sequence; same math, a few more calls. "tile": one
+        call per visiting key tile, which makes the rescaled W exact (a call's W then has one
+        column, whose true global mass is the sum of the rows' exact factors), at the price of
+        many small calls and merges."""
+        coarse = self.step(owner)
+        if coarse is None:
+            return []
+        if split == "step":
+            return [coarse]
+        calls = self._chunk_calls(owner, coarse)
+        if split == "chunk":
+            return calls
+        return [piece for call in calls for piece in self._tile_calls(call)]
+
+    def _chunk_calls(self, owner: int, coarse: _Step) -> list[_Step]:
+        if self.layout == "contiguous":
+            return [coarse]  # one key chunk per shard already
+        q_chunks = sharding.chunk_ids(self.rank, self.world_size, self.layout)
+        k_chunks = sharding.chunk_ids(owner, self.world_size, self.layout)
+        calls = []
+        for kb, k_chunk in enumerate(k_chunks):
+            k0, k1 = kb * self.chunk_k, (kb + 1) * self.chunk_k
+            run = None  # [q0, q1) of consecutive local q chunks that see all of this key chunk
+            for qa, q_chunk in enumerate(q_chunks):
+                q0, q1 = qa * self.chunk_q, (qa + 1) * self.chunk_q
+                if not self.causal or k_chunk < q_chunk:
+                    run = (run[0], q1) if run is not None else (q0, q1)
+                    continue
+                if run is not None:
+                    calls.append(_Step(run[0], run[1], k0, k1, False))
+                    run = None
+                if self.causal and k_chunk == q_chunk:
+                    calls.append(_Step(q0, q1, k0, k1, True))  # square diagonal block
+            if run is not None:
+                calls.append(_Step(run[0], run[1], k0, k1, False))
+        return calls
+
+    def _tile_calls(self, call: _Step) -> list[_Step]:
+        pieces = []
+        for k0 in range(call.k0, call.k1, self.tile_n):
+            k1 = min(k0 + self.tile_n, call.k1)
+            if not call.causal:
+                pieces.append(_Step(call.q0, call.q1, k0, k1, False))
+                continue
+            # Square diagonal block: its row q0 + x sees its key k0 + y iff y <= x. The rows
+            # level with this key tile see it causally, the rows below see all of it, the rows
+            # above none of it.
+            d0 = call.q0 + (k0 - call.k0)
+            d1 = d0 + (k1 - k0)
+            pieces.append(_Step(d0, d1, k0, k1, True))
+            if d1 < call.q1:
+                pieces.append(_Step(d1, call.q1, k0, k1, False))
+        return pieces
 
     def rows(self, step: _Step) -> tuple[int, int]:
         """Local row tiles [r0, r1) covered by a step."""
@@ -184,20 +252,24 @@ def _global_tile_mass(plan: _RingPlan, pieces, lse: torch.Tensor) -> torch.Tenso
 
 def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None,
                  scale: Optional[float] = None, causal: bool = False,
-                 layout: Optional[str] = None, with_stats: bool = False) -> RingForward:
+                 layout: Optional[str] = None, with_stats: bool = False,
+                 exact_stats: bool = False) -> RingForward:
     """Exact forward of attention over the whole sharded sequence, no autograd.
 
     q: (B, Sq_local, Hq, D), k, v: (B, Sk_local, Hk, D): this rank's shards in `layout`
     ("zigzag" by default when causal, else "contiguous"); every rank passes the same shapes.
     Returns RingForward(out, lse, tile_mass) for the local rows: lse is the global row lse;
     tile_mass (with_stats) is the whole-row tile mass, columns in global key order, normalized
-    by the global lse (approximately; see the module docstring).
+    by the global lse: approximately by default, exactly with exact_stats (one library call per
+    visiting key tile instead of one per key chunk; see the module docstring).
     """
     group = _resolve_group(group)
     _checks.qkv(q, k, v)
     scale = _checks.scale(scale, q.shape[-1])
     causal = _checks.causal(causal)
-    plan = _RingPlan(q, k, group, causal, layout, tiled=bool(with_stats))
+    with_stats = bool(with_stats) or bool(exact_stats)
+    plan = _RingPlan(q, k, group, causal, layout, tiled=with_stats)
+    split = ("tile" if exact_stats else "chunk") if with_stats else "step"
     exchange = RingExchange(group)
     batch, seqlen_q, heads_q, _ = q.shape
     out_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
@@ -209,14 +281,13 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None,
         owner = (plan.rank - t) % plan.world_size
         # Send the shard on while this step computes with it.
         pending = exchange.start([k_cur, v_cur], TAG_KV) if t + 1 < plan.world_size else None
-        step = plan.step(owner)
-        if step is not None:
+        for call in plan.calls(owner, split):
             out_t, lse_t, mass_t = functional.forward(
-                q[:, step.q0:step.q1], k_cur[:, step.k0:step.k1], v_cur[:, step.k0:step.k1],
-                scale=scale, causal=step.causal, with_stats=with_stats)
-            _merge(out_acc[:, step.q0:step.q1], lse_acc[:, :, step.q0:step.q1], out_t, lse_t)
+                q[:, call.q0:call.q1], k_cur[:, call.k0:call.k1], v_cur[:, call.k0:call.k1],
+                scale=scale, causal=call.causal, with_stats=with_stats)
+            _merge(out_acc[:, call.q0:call.q1], lse_acc[:, :, call.q0:call.q1], out_t, lse_t)
             if with_stats:
-                pieces.append((owner, step, lse_t, mass_t))
+                pieces.append((owner, call, lse_t, mass_t))
         if pending is not None:
             k_cur, v_cur = pending.wait()
     if with_stats:
@@ -296,10 +367,10 @@ def ring_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, group, negl_prob, scale, causal, layout):
+    def forward(ctx, q, k, v, group, negl_prob, scale, causal, layout, exact_stats):
         sparse = negl_prob > 0.0
         result = ring_forward(q, k, v, group, scale=scale, causal=causal, layout=layout,
-                              with_stats=sparse)
+                              with_stats=sparse, exact_stats=sparse and exact_stats)
         # Selection needs only the forward's statistics: do it now and keep the compact mask
         # (one byte per tile) instead of the fp32 tile mass.
         mask = functional.select(result.tile_mass, negl_prob) if sparse else None
@@ -314,23 +385,27 @@ class _RingAttention(torch.autograd.Function):
         # The library needs D contiguous and no stride-0 dims; autograd may hand over either.
         dq, dk, dv = ring_backward(dout.contiguous(), q, k, v, out, lse, ctx.group, mask=mask,
                                    scale=ctx.scale, causal=ctx.causal, layout=ctx.layout)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None,
                    negl_prob: float = 0.0, scale: Optional[float] = None, causal: bool = False,
-                   layout: Optional[str] = None, return_lse: bool = False):
+                   layout: Optional[str] = None, exact_stats: bool = False,
+                   return_lse: bool = False):
     """Differentiable context-parallel attention over the sequence sharded across `group`.
 
     q: (B, Sq_local, Hq, D), k, v: (B, Sk_local, Hk, D): this rank's shards, laid out as
     `layout` ("zigzag" by default when causal: rank r holds chunks r and 2P-1-r of 2P; else
     "contiguous"); see back_lite.distributed.shard. Returns out (B, Sq_local, Hq, D), or
     (out, lse) with the global lse (B, Hq, Sq_local) fp32. The backward skips, per row tile, the
-    key tiles (of the whole row, across all ranks) carrying < negl_prob of its mass.
+    key tiles (of the whole row, across all ranks) carrying < negl_prob of its mass. The mass is
+    normalized by the global lse approximately (default) or, with exact_stats, exactly -- then
+    the kept tiles are those of a single-device run -- at the cost of one forward call per
+    visiting key tile.
     """
     _checks.qkv(q, k, v)
     scale = _checks.scale(scale, q.shape[-1])
     negl_prob = _checks.negl_prob(negl_prob)
     out, lse = _RingAttention.apply(q, k, v, _resolve_group(group), negl_prob, scale,
-                                    _checks.causal(causal), layout)
+                                    _checks.causal(causal), layout, bool(exact_stats))
     return (out, lse) if return_lse else out
