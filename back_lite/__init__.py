@@ -13,6 +13,7 @@ from .functional import (attention, backend_available, backward, backward_sparsi
                          computable_tiles, forward, num_tiles, select, tile_shape)
 from .module import BackLite
 from .calibrate import CalibrationResult, calibrate  # also loads back_lite.diagnostics
+from . import distributed  # context parallelism: ring / Ulysses attention on torch.distributed
 
 __version__ = "0.1.0"
 version = __version__
