@@ -13,6 +13,9 @@
 //        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu \
 //        src/select.c src/error.c
 // Run: ./attn_bwd check | ./attn_bwd small | ./attn_bwd bench
+// Head dim 64, version 2 (bwd_wgmma64_sm90.cuh): add -DBL_BWD_D64_V2 to every nvcc line (the
+// mma.sync flag may then be left out); `check` then also runs the v2 kernel on every D = 64
+// case, and `check64` / `bench64` check and time the shipped D = 64 kernel against v2.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +29,21 @@
 #include "backend.h"
 #include "bwd_workspace.h"
 #include "bwd_common.cuh"  // bl_bwd_set_variant
+#ifdef BL_BWD_D64_V2
+#include "bwd_variant64.h"  // BL_BWD_VARIANT_WGMMA64
+#endif
 extern "C" {
 #include "cpu_select.h"  // the CPU selection rule, C linkage
+}
+
+// The backward's entry points ask bl_cuda_available() (defined with the forward, in
+// attn_fwd_sm90.cu, which this checker does not link). A weak stand-in: any linked strong
+// definition wins.
+extern "C" __attribute__((weak)) int bl_cuda_available(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return 0;
+    cudaDeviceProp prop;
+    return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9;
 }
 
 #define CK(call)                                                                            \
@@ -322,6 +338,13 @@ static bl_tensor dev_tensor(HostT &t, void *data) {
     return x;
 }
 
+static const char *variant_name(int variant) {
+#ifdef BL_BWD_D64_V2
+    if (variant == BL_BWD_VARIANT_WGMMA64) return "wg64v2";
+#endif
+    return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";
+}
+
 // Runs one case; returns 1 on pass.
 static int run_case(const Case &c) {
     const float scale = 1.0f / sqrtf((float)c.D);
@@ -352,7 +375,16 @@ static int run_case(const Case &c) {
     else cpu_backward(c, q, k, v, out, dout, lse, mask, scale, rdq, rdk, rdv);
 
     int all_ok = 1;
-    for (int variant : {BL_BWD_VARIANT_WGMMA, BL_BWD_VARIANT_MMA}) {
+    // The main kernels this build carries: the shipped wgmma one always; the mma.sync one and
+    // the D = 64 version 2 when compiled in.
+    std::vector<int> variants = {BL_BWD_VARIANT_WGMMA};
+#ifdef BL_BWD_WITH_MMA_VARIANT
+    variants.push_back(BL_BWD_VARIANT_MMA);
+#endif
+#ifdef BL_BWD_D64_V2
+    if (c.D == 64) variants.push_back(BL_BWD_VARIANT_WGMMA64);
+#endif
+    for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
     size_t wsb = 0;
@@ -407,7 +439,7 @@ static int run_case(const Case &c) {
              !ev.bad_nan && sel_diff == 0;
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
            "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s\n",
-           variant == BL_BWD_VARIANT_WGMMA ? "wgmma" : "mma", c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
+           variant_name(variant), c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
            c.causal ? "causal" : "full  ", c.mode == 0 ? "dense" : c.mode == 1 ? "mask" : "select",
            c.padded ? " strided" : "", c.nan_row ? " nan" : c.synthetic ? " long" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
@@ -529,6 +561,7 @@ static double time_bwd(const bl_attn_desc &desc, bl_tensor q, bl_tensor k, bl_te
 
 static const char *g_vname = "wgmma";
 static int g_full_sweep = 1;  // 0: dense only
+static double g_dense_tflops = 0;  // the last bench_shape's dense rate
 static void bench_shape(int B, int S, int H, int D, int causal) {
     const bl_dtype dt = BL_DTYPE_BF16;
     const float scale = 1.0f / sqrtf((float)D);
@@ -567,6 +600,7 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
                             t[6], t[7], reps);
     printf("bench %-5s B%d S%d H%d D%d %s dense        : %8.3f ms  %6.1f TFLOP/s\n", g_vname, B, S,
            H, D, causal ? "causal" : "full  ", dense, flops / dense * 1e-9);
+    g_dense_tflops = flops / dense * 1e-9;
     if (!g_full_sweep) {
         for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
         cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);
@@ -648,9 +682,55 @@ int main(int argc, char **argv) {
         bench_shape(4, 4096, 16, 64, 0);
         return 0;
     }
+#ifdef BL_BWD_D64_V2
+    if (!strcmp(what, "bench64")) {  // D = 64: the shipped wgmma kernel vs version 2, dense
+        struct { int B, S, H, causal; } shapes[] = {
+            {4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
+        double rate[4][2];
+        g_full_sweep = 0;
+        for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
+            for (int x = 0; x < 4; ++x)
+                for (int v = 0; v < 2; ++v) {
+                    g_vname = v ? "wg64v2" : "wgmma";
+                    bl_bwd_set_variant(v ? BL_BWD_VARIANT_WGMMA64 : BL_BWD_VARIANT_WGMMA);
+                    bench_shape(shapes[x].B, shapes[x].S, shapes[x].H, 64, shapes[x].causal);
+                    rate[x][v] = r ? std::max(rate[x][v], g_dense_tflops) : g_dense_tflops;
+                }
+        // Sparse ratios of version 2 (fixed costs against its own dense time).
+        g_vname = "wg64v2";
+        g_full_sweep = 1;
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA64);
+        bench_shape(4, 4096, 16, 64, 0);
+        printf("\nD=64 dense TFLOP/s (best of 2 rounds, each a median)\n");
+        printf("| shape | wgmma (shipped) | wg64v2 | v2 / shipped |\n| --- | --- | --- | --- |\n");
+        for (int x = 0; x < 4; ++x)
+            printf("| B%d S%d H%d D64 %s | %.1f | %.1f | %.3f |\n", shapes[x].B, shapes[x].S,
+                   shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0], rate[x][1],
+                   rate[x][1] / rate[x][0]);
+        return 0;
+    }
+#endif
     const bl_dtype BF = BL_DTYPE_BF16, FP = BL_DTYPE_F16;
     std::vector<Case> cases;
-    if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
+    if (!strcmp(what, "check64")) {  // head dim 64 only: every kernel this build carries
+        //            B  Sq   Sk   Hq Hk D  causal dt mode keep negl padded nan synthetic
+        cases.push_back({1, 128, 128, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});
+        cases.push_back({2, 256, 384, 4, 2, 64, 0, BF, 0, 0, 0, 0, 0});    // GQA, Sq < Sk
+        cases.push_back({1, 300, 300, 2, 2, 64, 1, BF, 0, 0, 0, 0, 0});    // causal, odd
+        cases.push_back({1, 200, 517, 4, 1, 64, 1, FP, 0, 0, 0, 0, 0});    // MQA
+        cases.push_back({1, 517, 200, 3, 1, 64, 1, BF, 0, 0, 0, 0, 0});    // Sq > Sk: -inf rows
+        cases.push_back({1, 1000, 1000, 2, 1, 64, 1, FP, 0, 0, 0, 0, 0});  // many row tiles
+        cases.push_back({2, 190, 333, 4, 4, 64, 0, FP, 1, 0.5, 0, 1, 0});  // mask, strided
+        cases.push_back({1, 384, 640, 4, 2, 64, 1, BF, 1, 0.3, 0, 0, 0});
+        cases.push_back({1, 333, 777, 4, 2, 64, 0, BF, 2, 0, 0.05f, 0, 0}); // selection
+        cases.push_back({1, 64, 64, 1, 1, 64, 0, FP, 1, 0.0, 0, 0, 0});    // nothing kept
+        cases.push_back({1, 1, 1, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});        // one token
+        cases.push_back({1, 256, 300, 4, 2, 64, 0, BF, 0, 0, 0, 0, 1});    // NaN row in head 0
+        cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});  // long keys
+        cases.push_back({1, 131072, 4096, 1, 1, 64, 0, FP, 1, 0.002, 0, 0, 0, 1});  // long rows
+    } else if (!strcmp(what, "small64")) {  // for compute-sanitizer: one D = 64 case, causal, masked
+        cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
+    } else if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
     } else {
@@ -674,9 +754,10 @@ int main(int argc, char **argv) {
         cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});
     }
     int fails = 0;
-    if (strcmp(what, "small")) fails += !check_tile_reference();
+    const bool quick = !strcmp(what, "small") || !strcmp(what, "small64");
+    if (!quick) fails += !check_tile_reference();
     for (auto &c : cases) fails += !run_case(c);
-    if (strcmp(what, "small")) fails += !check_selection_synthetic();
+    if (!quick) fails += !check_selection_synthetic();
     printf("%s: %d case(s) failed\n", what, fails);
     return fails ? 1 : 0;
 }

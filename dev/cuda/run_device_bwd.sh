@@ -3,6 +3,10 @@
 # reference, compute-sanitizer (memcheck, racecheck) on small shapes, time BackLite and the SDPA
 # peers. Logs go to $OUT (bwd-*.txt). Usage (repo root): bash dev/cuda/run_device_bwd.sh [steps]
 # steps: any of build check sanitize bench ncu sdpa (default: all but ncu).
+# Head dim 64, version 2 (bwd_wgmma64_sm90.cuh, -DBL_BWD_D64_V2): steps build64 check64 sanitize64
+# bench64 sdpa64 build build/dev64 without the mma.sync kernel, check the shipped wgmma kernel and
+# v2 on D = 64 cases, time both, time SDPA at the same shapes; they print to stdout only:
+#   bash dev/cuda/run_device_bwd.sh build64 check64 sanitize64 bench64 sdpa64 > "$OUT/bwd64.txt" 2>&1
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT" build/dev
@@ -22,6 +26,50 @@ if has build; then
   grep -hE "registers|spill" build/dev/attn_bwd_sm90.log | sort | uniq -c > "$OUT/bwd-ptxas.txt"
   nvcc -gencode=arch=compute_90a,code=sm_90a -o build/dev/attn_bwd build/dev/*.o || exit 1
   cuobjdump --dump-sass build/dev/attn_bwd_sm90.o | grep -cE "HMMA" >> "$OUT/bwd-ptxas.txt"
+fi
+if has build64; then
+  mkdir -p build/dev64
+  F64="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_D64_V2 -I include -I src -I src/cuda"
+  pids=()
+  for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
+    nvcc $F64 -Xptxas=-v,--warn-on-spills -c "$f" -o "build/dev64/$(basename "$f" .cu).o" > "build/dev64/$(basename "$f" .cu).log" 2>&1 &
+    pids+=($!)
+  done
+  gcc -O2 -I include -I src -c src/select.c -o build/dev64/select.o && gcc -O2 -I include -I src -c src/error.c -o build/dev64/error.o
+  for p in "${pids[@]}"; do wait "$p" || { cat build/dev64/*.log; exit 1; }; done
+  nvcc -gencode=arch=compute_90a,code=sm_90a -o build/dev64/attn_bwd build/dev64/*.o || exit 1
+  echo "==== build64: ptxas (main kernels)"
+  grep -A3 -E "Compiling entry function .*bwd_wgmma" build/dev64/attn_bwd_sm90.log | grep -E "entry|registers|spill"
+  cuobjdump --dump-sass build/dev64/attn_bwd_sm90.o | awk '/Function :/{f=($0 ~ /wgmma64/)} f && /HGMMA/{n++} f && /RED/{r++} END{print "wg64v2 SASS: HGMMA " n ", RED " r}'
+fi
+if has check64; then
+  echo "==== check64"; timeout 150 ./build/dev64/attn_bwd check64 2>&1; echo "check64 rc=$?"
+fi
+if has sanitize64; then
+  echo "==== sanitize64"
+  timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/dev64/attn_bwd small64 2>&1 | tail -8; echo "memcheck rc=${PIPESTATUS[0]}"
+  timeout 60 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 ./build/dev64/attn_bwd small64 2>&1 | tail -8; echo "racecheck rc=${PIPESTATUS[0]}"
+fi
+if has bench64; then
+  echo "==== bench64"; timeout 120 ./build/dev64/attn_bwd bench64 2>&1; echo "bench64 rc=$?"
+fi
+if has sdpa64; then
+  echo "==== sdpa64 (FLASH = FlashAttention-2, cuDNN; bf16, backward only)"
+  timeout 90 python3 - <<'PY' 2>&1 | grep -v Warning
+import sys
+sys.path.insert(0, "dev/cuda")
+import sdpa_bwd_ref as r
+from torch.nn.attention import SDPBackend
+for b, s, h, d, causal in [(4, 4096, 16, 64, False), (1, 16384, 16, 64, False),
+                           (1, 16384, 16, 64, True), (1, 32768, 16, 64, False)]:
+    flops = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            ms = r.time_backward(be, b, s, h, d, causal, 3 if s >= 32768 else 7)
+            print(f"sdpa-{name} B{b} S{s} H{h} D{d} {'causal' if causal else 'full  '}: {ms:8.3f} ms  {flops / ms * 1e-9:6.1f} TFLOP/s")
+        except Exception as e:
+            print(f"sdpa-{name} B{b} S{s} H{h} D{d}: unavailable ({type(e).__name__})")
+PY
 fi
 if has check; then
   timeout 120 ./build/dev/attn_bwd check 2>&1 | tee "$OUT/bwd-check.txt"

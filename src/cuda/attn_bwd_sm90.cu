@@ -28,12 +28,23 @@
 #include "bwd_mma_sm90.cuh"
 #endif
 #include "bwd_wgmma_sm90.cuh"
+// Head dim 64, version 2 (dQ^T split by queries: half the dq reductions), only with
+// -DBL_BWD_D64_V2; there it is the default for D = 64 and D = 128 keeps the kernel above.
+#ifdef BL_BWD_D64_V2
+#include "bwd_variant64.h"
+#include "bwd_wgmma64_sm90.cuh"
+#endif
 
 namespace bl_bwd {
 
-#ifdef BL_BWD_WITH_MMA_VARIANT
+#if defined(BL_BWD_WITH_MMA_VARIANT) || defined(BL_BWD_D64_V2)
+#define BL_BWD_HAS_VARIANTS 1
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
+#ifdef BL_BWD_D64_V2
+static int g_variant = BL_BWD_VARIANT_WGMMA64;
+#else
 static int g_variant = BL_BWD_VARIANT_WGMMA;
+#endif
 #endif
 
 template <typename T, int D>
@@ -45,6 +56,16 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         bwd_mma_kernel<T, D><<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
         BL_CUDA_CHECK_LAUNCH("bwd_mma_kernel");
+        return BL_OK;
+    }
+#endif
+#ifdef BL_BWD_D64_V2
+    if (D == 64 && g_variant == BL_BWD_VARIANT_WGMMA64) {
+        const size_t smem = wg_smem<64>::BYTES;
+        BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma64_kernel<T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        bwd_wgmma64_kernel<T><<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
+        BL_CUDA_CHECK_LAUNCH("bwd_wgmma64_kernel");
         return BL_OK;
     }
 #endif
@@ -73,7 +94,7 @@ bl_status check_vec_aligned(const char *name, bl_tensor t) {
 using namespace bl_bwd;
 
 void bl_bwd_set_variant(int variant) {
-#ifdef BL_BWD_WITH_MMA_VARIANT
+#ifdef BL_BWD_HAS_VARIANTS
     g_variant = variant;
 #else
     (void)variant;  // one kernel in library builds
