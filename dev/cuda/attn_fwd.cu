@@ -11,7 +11,7 @@
 // Build (here or on the device):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math -Xcompiler -fopenmp \
 //        -I include -I src dev/cuda/attn_fwd.cu -o build/attn_fwd
-// Run: build/attn_fwd check | small | bench
+// Run: build/attn_fwd check | small | bench [csv] | benchstats
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -331,6 +331,8 @@ __global__ void init_normalish(uint16_t *x, size_t n, uint32_t seed, bool bf16) 
     }
 }
 
+static bool g_bench_sync_kernel = true;  // `benchstats` times the default (TMA) kernel only
+
 static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
     const size_t n = (size_t)B * S * H * D;
     uint16_t *q, *k, *v, *o;
@@ -360,7 +362,7 @@ static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (int kern = 0; kern < 2; ++kern) {
+    for (int kern = 0; kern < (g_bench_sync_kernel ? 2 : 1); ++kern) {
     g_fwd_kernel_choice = kern == 0 ? kFwdKernelAuto : kFwdKernelSync;
     // Medians of no-stats, stats, no-stats again, stats again: the repeat shows the noise.
     double med[4];
@@ -444,6 +446,16 @@ int main(int argc, char **argv) {
         if (csv) fclose(csv);
         return 0;
     }
-    fprintf(stderr, "usage: %s check|small|bench [csv]\n", argv[0]);
+    if (!strcmp(mode, "benchstats")) {  // the statistics probe: TMA kernel, shapes of every Tn
+        g_bench_sync_kernel = false;
+        printf("stats probe BL_FWD_STATS_PROBE=%d\n", BL_FWD_STATS_PROBE);
+        bench_one(1, 16384, 16, 128, false, nullptr);
+        bench_one(1, 16384, 16, 128, true, nullptr);
+        bench_one(1, 32768, 24, 128, false, nullptr);
+        bench_one(4, 4096, 16, 64, false, nullptr);
+        bench_one(4, 4096, 16, 64, true, nullptr);
+        return 0;
+    }
+    fprintf(stderr, "usage: %s check|small|bench [csv]|benchstats\n", argv[0]);
     return 2;
 }

@@ -359,6 +359,18 @@ __device__ __forceinline__ void rescale_o(float (&o)[NREGS], const float (&alpha
     }
 }
 
+// Dev-only probe of where the statistics cost goes; dev/cuda/attn_fwd_probe.sh builds the checker
+// once per value, the library is always built with 0:
+//   0: row-major parking (slot, 128 rows, Tn), the validated default;
+//   1: tile-major parking (slot, Tn, 128 rows): the 16 rows a warp parks share 2 sectors instead
+//      of 16, and the epilogue reads each key tile's 64 rows with float4 loads (a candidate,
+//      checked like 0);
+//   2: no parking (timing only: W is wrong);
+//   3: no W reduction in the epilogue (timing only: W is wrong).
+#ifndef BL_FWD_STATS_PROBE
+#define BL_FWD_STATS_PROBE 0
+#endif
+
 // Parks the row tile log2-mass of key tile n in the CTA's workspace slot (kBlockM rows x Tn)
 // until the row's lse is known. Two shuffles leave the quad's sum of row (quad_col & 1) in every
 // thread: exchange the row a thread does not keep, then add the other pair's sum.
@@ -369,9 +381,16 @@ __device__ __forceinline__ void park_tile_logmass(float *ws, int num_ktiles, con
     float mine = odd ? rowsum[1] : rowsum[0];
     mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
     mine += __shfl_xor_sync(0xffffffffu, mine, 2);
-    if (tp.quad_col < 2)
-        __stcg(ws + (int64_t)(tp.row + 8 * tp.quad_col) * num_ktiles + n,
-               lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]));
+    if (tp.quad_col < 2) {
+        const float logmass = lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]);
+#if BL_FWD_STATS_PROBE == 1
+        __stcg(ws + (int64_t)n * kBlockM + tp.row + 8 * tp.quad_col, logmass);
+#elif BL_FWD_STATS_PROBE != 2
+        __stcg(ws + (int64_t)(tp.row + 8 * tp.quad_col) * num_ktiles + n, logmass);
+#else
+        (void)logmass, (void)ws, (void)num_ktiles, (void)n;
+#endif
+    }
 }
 
 // Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
@@ -419,9 +438,24 @@ __device__ __forceinline__ void write_outputs(const FwdParams &p, const WorkTile
         for (int n = tp.warp * 32 + tp.lane; n < p.num_ktiles; n += kThreadsPerWarpgroup) {
             float acc = 0.f;
             if (n < w.n_end) {
+#if BL_FWD_STATS_PROBE == 1
+                const float4 *col = reinterpret_cast<const float4 *>(
+                    ws + (int64_t)n * kBlockM + tp.wg * kRowsPerWarpgroup);
+                const float4 *l4 = reinterpret_cast<const float4 *>(lse2_rows);
+                (void)ws_rows;
+#pragma unroll
+                for (int r4 = 0; r4 < kRowsPerWarpgroup / 4; ++r4) {
+                    const float4 x = __ldcg(col + r4), l = l4[r4];
+                    acc += ex2_approx(x.x - l.x) + ex2_approx(x.y - l.y) + ex2_approx(x.z - l.z) +
+                           ex2_approx(x.w - l.w);
+                }
+#elif BL_FWD_STATS_PROBE != 3
 #pragma unroll
                 for (int r = 0; r < kRowsPerWarpgroup; ++r)
                     acc += ex2_approx(__ldcg(ws_rows + (int64_t)r * p.num_ktiles + n) - lse2_rows[r]);
+#else
+                (void)ws_rows, (void)lse2_rows;
+#endif
             }
             wrow[n] = acc;
         }
