@@ -99,7 +99,9 @@ def scale(value, head_dim) -> float:
         raise TypeError(f"BackLite: scale must be a real number or None, got "
                         f"{type(value).__name__}")
     value = float(value)
-    if not math.isfinite(value):
+    # written as a comparison (false for NaN) rather than math.isfinite, which torch.compile
+    # cannot trace on a symbolic float
+    if not abs(value) < math.inf:
         _fail(f"scale must be finite, got {value}")
     return value
 
@@ -116,7 +118,7 @@ def negl_prob(value, name: str = "negl_prob") -> float:
         raise TypeError(f"BackLite: {name} must be a real number in [0, 1), got "
                         f"{type(value).__name__}")
     value = float(value)
-    if math.isnan(value) or not 0.0 <= value < 1.0:
+    if not 0.0 <= value < 1.0:  # also false for NaN
         _fail(f"{name} must be in [0, 1), got {value}")
     return value
 

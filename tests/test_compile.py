@@ -82,3 +82,17 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.back_lite.backward.default,
                           (torch.randn_like(out), q.detach(), k, v, out, lse, w, 0.1, None,
                            0.125, False))
+
+
+def test_compiled_dynamic_shapes():
+    """Fake implementations size W from symbolic sequence lengths (ceil-div on SymInts)."""
+    torch._dynamo.reset()
+    attn = back_lite.BackLite(negl_prob=0.05)
+    compiled = torch.compile(lambda q, k, v: attn(q, k, v, causal=True), backend="aot_eager",
+                             fullgraph=True, dynamic=True)
+    for seqlen in (100, 300, 700):
+        q, k, v = random_qkv(1, seqlen, seqlen, 2, 2, 64, torch.float32)
+        dout = torch.randn(q.shape)
+        eager = grads_of(lambda a, b, c: attn(a, b, c, causal=True), q, k, v, dout)
+        for a, b in zip(grads_of(compiled, q, k, v, dout), eager):
+            assert torch.equal(a, b)
