@@ -341,6 +341,7 @@ static bl_tensor dev_tensor(HostT &t, void *data) {
 static const char *variant_name(int variant) {
 #ifdef BL_BWD_D64_V2
     if (variant == BL_BWD_VARIANT_WGMMA64) return "wg64v2";
+    if (variant == BL_BWD_VARIANT_WGMMA64_DEFER) return "wg64v2d";
 #endif
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";
 }
@@ -382,7 +383,10 @@ static int run_case(const Case &c) {
     variants.push_back(BL_BWD_VARIANT_MMA);
 #endif
 #ifdef BL_BWD_D64_V2
-    if (c.D == 64) variants.push_back(BL_BWD_VARIANT_WGMMA64);
+    if (c.D == 64) {
+        variants.push_back(BL_BWD_VARIANT_WGMMA64);
+        variants.push_back(BL_BWD_VARIANT_WGMMA64_DEFER);
+    }
 #endif
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
@@ -611,8 +615,8 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
         mask_kernel<<<1024, 256>>>(mask, ntile, keep, 99u);
         double t_s = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, mask, t[5],
                               t[6], t[7], reps);
-        printf("bench B%d S%d H%d D%d %s mask keep %.2f: %8.3f ms  = %.4f x dense (bar %.4f)\n", B,
-               S, H, D, causal ? "causal" : "full  ", keep, t_s, t_s / dense,
+        printf("bench %-5s B%d S%d H%d D%d %s mask keep %.2f: %8.3f ms  = %.4f x dense (bar %.4f)\n",
+               g_vname, B, S, H, D, causal ? "causal" : "full  ", keep, t_s, t_s / dense,
                keep + 0.10);
     }
     // Selection path on banded W: the kept share comes out of the rule.
@@ -627,8 +631,8 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
         size_t kept = 0;
         for (auto x : hm) kept += x != 0;
         const double kf = (double)kept / ntile;
-        printf("bench B%d S%d H%d D%d %s select negl %.2f (kept %.4f): %8.3f ms = %.4f x dense "
-               "(bar %.4f)\n", B, S, H, D, causal ? "causal" : "full  ", negl, kf, t_s,
+        printf("bench %-5s B%d S%d H%d D%d %s select negl %.2f (kept %.4f): %8.3f ms = %.4f x dense "
+               "(bar %.4f)\n", g_vname, B, S, H, D, causal ? "causal" : "full  ", negl, kf, t_s,
                t_s / dense, kf + 0.10);
     }
     for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
@@ -686,27 +690,32 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "bench64")) {  // D = 64: the shipped wgmma kernel vs version 2, dense
         struct { int B, S, H, causal; } shapes[] = {
             {4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
-        double rate[4][2];
+        const int vids[3] = {BL_BWD_VARIANT_WGMMA, BL_BWD_VARIANT_WGMMA64,
+                             BL_BWD_VARIANT_WGMMA64_DEFER};
+        double rate[4][3];
         g_full_sweep = 0;
         for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
             for (int x = 0; x < 4; ++x)
-                for (int v = 0; v < 2; ++v) {
-                    g_vname = v ? "wg64v2" : "wgmma";
-                    bl_bwd_set_variant(v ? BL_BWD_VARIANT_WGMMA64 : BL_BWD_VARIANT_WGMMA);
+                for (int v = 0; v < 3; ++v) {
+                    g_vname = variant_name(vids[v]);
+                    bl_bwd_set_variant(vids[v]);
                     bench_shape(shapes[x].B, shapes[x].S, shapes[x].H, 64, shapes[x].causal);
                     rate[x][v] = r ? std::max(rate[x][v], g_dense_tflops) : g_dense_tflops;
                 }
-        // Sparse ratios of version 2 (fixed costs against its own dense time).
-        g_vname = "wg64v2";
+        // Sparse ratios of both version-2 kernels (fixed costs against their own dense time).
         g_full_sweep = 1;
-        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA64);
-        bench_shape(4, 4096, 16, 64, 0);
-        printf("\nD=64 dense TFLOP/s (best of 2 rounds, each a median)\n");
-        printf("| shape | wgmma (shipped) | wg64v2 | v2 / shipped |\n| --- | --- | --- | --- |\n");
+        for (int v = 1; v < 3; ++v) {
+            g_vname = variant_name(vids[v]);
+            bl_bwd_set_variant(vids[v]);
+            bench_shape(4, 4096, 16, 64, 0);
+        }
+        printf("\nD=64 dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n");
+        printf("| shape | wgmma (shipped) | wg64v2 | wg64v2d (deferred dq) | v2 / shipped | "
+               "v2d / shipped |\n| --- | --- | --- | --- | --- | --- |\n");
         for (int x = 0; x < 4; ++x)
-            printf("| B%d S%d H%d D64 %s | %.1f | %.1f | %.3f |\n", shapes[x].B, shapes[x].S,
-                   shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0], rate[x][1],
-                   rate[x][1] / rate[x][0]);
+            printf("| B%d S%d H%d D64 %s | %.1f | %.1f | %.1f | %.3f | %.3f |\n", shapes[x].B,
+                   shapes[x].S, shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0],
+                   rate[x][1], rate[x][2], rate[x][1] / rate[x][0], rate[x][2] / rate[x][0]);
         return 0;
     }
 #endif

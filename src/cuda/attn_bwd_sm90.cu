@@ -60,11 +60,14 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
     }
 #endif
 #ifdef BL_BWD_D64_V2
-    if (D == 64 && g_variant == BL_BWD_VARIANT_WGMMA64) {
+    if (D == 64 && (g_variant == BL_BWD_VARIANT_WGMMA64 ||
+                    g_variant == BL_BWD_VARIANT_WGMMA64_DEFER)) {
         const size_t smem = wg_smem<64>::BYTES;
-        BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma64_kernel<T>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        bwd_wgmma64_kernel<T><<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
+        auto kernel = g_variant == BL_BWD_VARIANT_WGMMA64_DEFER ? bwd_wgmma64_kernel<T, true>
+                                                               : bwd_wgmma64_kernel<T, false>;
+        BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+        kernel<<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
         BL_CUDA_CHECK_LAUNCH("bwd_wgmma64_kernel");
         return BL_OK;
     }

@@ -17,6 +17,8 @@
 //   B = dS^T: the dS tile (queries x keys, K-major over keys) read as a K-major B; the N split
 //     moves the start by 32 rows = 4096 bytes, a whole number of 1024-byte swizzle periods.
 // The dq reductions become float2 (a lane-pair shuffle makes two consecutive d of one query).
+// Two instances (DEFER_DQ): the reductions right after each tile's dQ^T, or deferred into the
+// next iteration behind its first products.
 #pragma once
 #include "bwd_wgmma_sm90.cuh"
 
@@ -46,7 +48,50 @@ __device__ __forceinline__ void bl_wgmma_tn_n32<__half>(float (&d)[16], uint64_t
     BL_WGMMA_TN_N32("f16");
 }
 
-template <typename T>
+// One warpgroup's dQ^T accumulator (64 d x 32 queries of one list entry) as the float2 values
+// its thread adds into the fp32 dq accumulator. Accumulator (d row, query column): d =
+// 16*(warp%4) + lg + 8*(x>>1), query = 32wg + 8t + 2lt + (x&1). Lanes lg and lg^1 (lane ^ 4)
+// hold d and d+1: the even one keeps query 8t+2lt and takes its partner's value of that query,
+// the odd one keeps query 8t+2lt+1 -- each then holds two consecutive d of one query.
+// v[2t + dh]: query 32wg + 8t + 2lt + (lg&1), d = 16*(warp%4) + (lg&~1) + 8dh (+1).
+// Every lane of the warp must call it (shuffles).
+constexpr int DQ_VALS = DQ_WG_QUERIES / 8 * 2;  // float2 values per thread: 8
+__device__ __forceinline__ void wg64_pair_dq(const float (&dq)[16], float2 (&v)[DQ_VALS],
+                                             int lg) {
+    const bool odd = lg & 1;
+#pragma unroll
+    for (int t = 0; t < DQ_WG_QUERIES / 8; ++t)
+#pragma unroll
+        for (int dh = 0; dh < 2; ++dh) {
+            const float mine_q0 = dq[4 * t + 2 * dh + 0];  // query 8t+2lt
+            const float mine_q1 = dq[4 * t + 2 * dh + 1];  // query 8t+2lt+1
+            const float got = __shfl_xor_sync(0xffffffffu, odd ? mine_q0 : mine_q1, 4);
+            v[2 * t + dh] = odd ? make_float2(got, mine_q1) : make_float2(mine_q0, got);
+        }
+}
+// The reductions of wg64_pair_dq's values for list entry (b, h, row tile at row0).
+__device__ __forceinline__ void wg64_add_dq(const bwd_params &p, const float2 (&v)[DQ_VALS],
+                                            int64_t b, int64_t h, int64_t row0, int wg, int warp,
+                                            int lg, int lt) {
+    constexpr int D = D64;
+    const bl_bwd_dims &dm = p.dm;
+    const int d0 = 16 * (warp & 3) + (lg & ~1);
+    const int64_t i0 = row0 + wg * DQ_WG_QUERIES + 2 * lt + (lg & 1);  // this thread's t = 0 query
+    const int64_t row_stride = dm.heads_q * D;                           // floats between queries
+    float *dst = p.dq_accum + ((b * dm.seqlen_q + i0) * dm.heads_q + h) * D + d0;
+#pragma unroll
+    for (int t = 0; t < DQ_WG_QUERIES / 8; ++t)
+        if (i0 + 8 * t < dm.seqlen_q)
+#pragma unroll
+            for (int dh = 0; dh < 2; ++dh)
+                atomicAdd(reinterpret_cast<float2 *>(dst + 8 * t * row_stride + 8 * dh),
+                          v[2 * t + dh]);
+}
+
+// DEFER_DQ: the dq reductions of list entry it are issued in iteration it+1, right after its
+// S^T / dP^T products, so they leave the SM while the tensor cores work instead of between the
+// last product of a tile and the barrier in front of the next one.
+template <typename T, bool DEFER_DQ>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64_kernel(const bwd_params p) {
     constexpr int D = D64;
     using L = wg_smem<D>;
@@ -106,6 +151,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64_kernel(const bwd_param
 
     // dS as the K-major B operand of dQ^T: element (query i, key j) of the BM x BN tile.
     unsigned char *sds = smem_base + L::DS;
+    // DEFER_DQ: the previous entry's dq values (paired, so no longer wgmma registers: reading
+    // them while the next products run needs no wait) and where they go.
+    float2 dq_prev[DQ_VALS];
+#pragma unroll
+    for (int x = 0; x < DQ_VALS; ++x) dq_prev[x] = make_float2(0.0f, 0.0f);
+    int64_t h_prev = 0, row0_prev = 0;
 
     for (int it = 0; it < count; ++it) {
         const int buf = it & 1;
@@ -153,6 +204,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64_kernel(const bwd_param
                               16, BL_WGMMA_GROUP_BYTES),
                 bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
+        if (DEFER_DQ && it > 0) wg64_add_dq(p, dq_prev, b, h_prev, row0_prev, wg, warp, lg, lt);
         bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
         bl_reg_fence(s);
 
@@ -271,31 +323,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64_kernel(const bwd_param
         bl_wgmma_wait<0>();  // dK and dQ^T are done
         bl_reg_fence(dq);
         bl_reg_fence(dsa);
-        {
-            // Accumulator (d row, query column): d = 16*(warp%4) + lg + 8*(x>>1), query =
-            // 32wg + 8t + 2lt + (x&1). Lanes lg and lg^1 (lane ^ 4) hold d and d+1: the even one
-            // keeps query 8t+2lt and takes its partner's value of that query, the odd one keeps
-            // query 8t+2lt+1 -- each then holds two consecutive d of one query (a float2).
-            const bool odd = lg & 1;
-            const int d0 = 16 * (warp & 3) + (lg & ~1);
-            const int qbase = wg * DQ_WG_QUERIES + 2 * lt + (odd ? 1 : 0);
-            float *dst_h = p.dq_accum + h * D + d0;
-#pragma unroll
-            for (int t = 0; t < NQ_DQ; ++t)
-#pragma unroll
-                for (int dh = 0; dh < 2; ++dh) {
-                    const float mine_q0 = dq[4 * t + 2 * dh + 0];  // query 8t+2lt
-                    const float mine_q1 = dq[4 * t + 2 * dh + 1];  // query 8t+2lt+1
-                    const float got = __shfl_xor_sync(0xffffffffu, odd ? mine_q0 : mine_q1, 4);
-                    const float2 v = odd ? make_float2(got, mine_q1) : make_float2(mine_q0, got);
-                    const int64_t i = row0 + qbase + 8 * t;
-                    if (i < dm.seqlen_q)
-                        atomicAdd(reinterpret_cast<float2 *>(
-                                      dst_h + (b * dm.seqlen_q + i) * dm.heads_q * D + 8 * dh),
-                                  v);
-                }
-        }
+        wg64_pair_dq(dq, dq_prev, lg);
+        h_prev = h;
+        row0_prev = row0;
+        if (!DEFER_DQ) wg64_add_dq(p, dq_prev, b, h_prev, row0_prev, wg, warp, lg, lt);
     }
+    if (DEFER_DQ && count > 0)  // the last entry's
+        wg64_add_dq(p, dq_prev, b, h_prev, row0_prev, wg, warp, lg, lt);
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
 
