@@ -39,6 +39,7 @@ import csv
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -54,14 +55,15 @@ import back_lite
 # Model and data sizes. Tokens per video = frames * (height / patch) * (width / patch).
 SIZES = {
     # for tests: 4 x 8 x 8 = 256 tokens, seconds per run on a CPU
-    "tiny": dict(frames=4, height=32, width=32, patch=4, hidden=64, heads=1, depth=2, batch=2),
+    "tiny": dict(frames=4, height=32, width=32, patch=4, hidden=64, heads=1, depth=2, batch=2,
+                 eval_videos=2),
     # CPU: 16 x 8 x 8 = 1024 tokens (8 key tiles of 2 frames each), head dim 64; attention is
     # most of the step, as in long-sequence training
     "small": dict(frames=16, height=32, width=32, patch=4, hidden=64, heads=1, depth=2,
-                  batch=2),
+                  batch=2, eval_videos=8),
     # GPU: 16 x 32 x 32 = 16384 tokens, head dim 128, bf16
     "large": dict(frames=16, height=128, width=128, patch=4, hidden=512, heads=4, depth=8,
-                  batch=2),
+                  batch=2, eval_videos=4),
 }
 CHANNELS = 3
 MLP_RATIO = 4
@@ -75,7 +77,6 @@ MAX_SHAPES = 3
 RADIUS_RANGE = (0.08, 0.22)  # as a share of the frame side
 SPEED_RANGE = (0.02, 0.06)   # share of the frame side per frame
 BACKGROUND = 0.0             # pixel values are in [-1, 1]
-EVAL_VIDEOS = 8              # fixed held-out batch
 WARMUP_STEPS = 10
 GRAD_CLIP = 1.0
 TIMING_SKIP = 3              # first steps (allocator / thread warm-up) left out of the medians
@@ -497,7 +498,7 @@ def write_outputs(out_dir, args, size, device, runs, summaries, histories, fidel
         writer.writeheader()
         writer.writerows(rows)
     tokens = size["frames"] * (size["height"] // size["patch"]) * (size["width"] // size["patch"])
-    command = "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    command = "python examples/train_video_dit.py " + shlex.join(args.argv)
     lines = [
         f"# Tiny video DiT: dense vs BackLite ({args.size}, {device.type})",
         "",
@@ -613,6 +614,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="output folder (default examples/out/<size>-<device>)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     args.size = args.size or ("large" if args.device.startswith("cuda") else "small")
     args.steps = args.steps or (400 if args.size == "large" else 150)
     args.eval_every = args.eval_every or max(1, args.steps // 10)
@@ -631,8 +633,9 @@ def main(argv=None):
                          "built with BL_ENABLE_CUDA and an sm_90 GPU); try --device cpu")
     size = SIZES[args.size]
     eval_gen = torch.Generator().manual_seed(args.seed + 1_000_003)
-    videos = make_videos(EVAL_VIDEOS, size["frames"], size["height"], size["width"], eval_gen)
-    eval_t = (torch.arange(EVAL_VIDEOS) + 0.5) / EVAL_VIDEOS  # spread over (0, 1)
+    n_eval = size["eval_videos"]  # the fixed held-out batch
+    videos = make_videos(n_eval, size["frames"], size["height"], size["width"], eval_gen)
+    eval_t = (torch.arange(n_eval) + 0.5) / n_eval  # spread over (0, 1)
     eval_batch = (videos.to(device), eval_t.to(device),
                   torch.randn(videos.shape, generator=eval_gen).to(device))
     runs = [("dense", 0.0, args.seed)]

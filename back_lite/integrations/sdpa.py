@@ -38,6 +38,9 @@ from .. import _checks, functional
 DEFAULT_NEGL_PROB = 0.05
 
 
+_CUDA_DTYPES = (torch.bfloat16, torch.float16)
+
+
 class UnsupportedSDPACall(NotImplementedError):
     """The call uses a feature of scaled_dot_product_attention that BackLite does not have."""
 
@@ -55,6 +58,9 @@ def _unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal,
             return f"{name} must be a torch.Tensor, got {type(t).__name__}"
         if t.dim() != 4:
             return f"{name} must be 4-D (B, H, S, D), got shape {tuple(t.shape)}"
+    if query.device.type != "cpu" and query.dtype not in _CUDA_DTYPES:
+        return (f"query has dtype {query.dtype} on {query.device}; BackLite's CUDA backend takes "
+                "torch.bfloat16 or torch.float16 (use autocast, or cast q, k, v)")
     if value.shape[-1] != query.shape[-1]:
         return (f"value has head dim {value.shape[-1]} but query has {query.shape[-1]} "
                 "(a different value head dim is not supported)")
