@@ -14,6 +14,7 @@ from .functional import (attention, backend_available, backward, backward_sparsi
 from .module import BackLite
 from .calibrate import CalibrationResult, calibrate  # also loads back_lite.diagnostics
 from . import distributed  # context parallelism: ring / Ulysses attention on torch.distributed
+from . import integrations  # SDPA drop-in; .transformers / .diffusers load their framework on use
 
 __version__ = "0.1.0"
 version = __version__
