@@ -55,6 +55,8 @@ def parse_args():
                    help="default: zigzag when causal, else contiguous")
     p.add_argument("--inputs", choices=("video", "random"), default="video")
     p.add_argument("--negl-probs", type=float, nargs="+", default=[0.0, 0.05, 0.2])
+    p.add_argument("--exact-stats", action="store_true",
+                   help="exact global tile mass (one forward call per visiting key tile)")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--single", action="store_true", help="also time one device (rank 0)")
@@ -141,6 +143,7 @@ def check(args, full, negl_prob, layout, result, mask, grads):
     for i, key in enumerate(("dq", "dk", "dv")):
         report[f"{key}_rel_err_vs_single"] = rel(got[key], sparse[i])
         report[f"{key}_single_sparse_vs_dense"] = rel(sparse[i], dense[i])
+        report[f"{key}_ring_vs_dense"] = rel(got[key], dense[i])
     if negl_prob > 0:
         computable = back_lite.computable_tiles(q.shape[1], k.shape[1], args.causal, q.device)
         differ = (got["mask"] != ref_mask) & computable
@@ -180,14 +183,17 @@ def main():
             "world": world, "backend": backend, "command": " ".join(sys.argv),
             "shape": [args.batch, args.seqlen, args.heads, args.kv_heads or args.heads,
                       args.head_dim], "dtype": args.dtype, "causal": args.causal,
-            "layout": layout, "inputs": args.inputs}
+            "layout": layout, "inputs": args.inputs, "exact_stats": args.exact_stats}
     for negl_prob in args.negl_probs:
         sparse = negl_prob > 0
         row = dict(meta, negl_prob=negl_prob)
-        result = bd.ring_forward(q, k, v, causal=args.causal, layout=layout, with_stats=sparse)
+        exact = sparse and args.exact_stats
+        result = bd.ring_forward(q, k, v, causal=args.causal, layout=layout, with_stats=sparse,
+                                 exact_stats=exact)
         mask = back_lite.select(result.tile_mass, negl_prob) if sparse else None
         row["fwd_ms"] = timer(lambda: bd.ring_forward(q, k, v, causal=args.causal, layout=layout,
-                                                      with_stats=sparse), dist.group.WORLD)
+                                                      with_stats=sparse, exact_stats=exact),
+                              dist.group.WORLD)
         if sparse:
             row["select_ms"] = timer(lambda: back_lite.select(result.tile_mass, negl_prob))
             row["kept_local"] = float(mask.float().mean())
@@ -198,7 +204,7 @@ def main():
 
         def fwd_bwd():
             bd.ring_attention(qg, kg, vg, negl_prob=negl_prob, causal=args.causal,
-                              layout=layout).backward(dout)
+                              layout=layout, exact_stats=exact).backward(dout)
 
         row["fwd_bwd_ms"] = timer(fwd_bwd, dist.group.WORLD)
         row["fwd_tflops_per_device"] = flops / world / (row["fwd_ms"] * 1e9)

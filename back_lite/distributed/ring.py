@@ -88,6 +88,7 @@ class _RingPlan:
         self.num_rows = -(-self.seqlen_q // self.tile_m)
         self.num_cols = 0
         self.device = q.device
+        self._columns = {}  # (owner, k0, k1) -> device index tensor, built once per ring
         if tiled:
             # The global row of tile mass is assembled from whole key tiles of every chunk, and
             # (zigzag) each q chunk starts on a row tile boundary.
@@ -194,12 +195,15 @@ class _RingPlan:
 
     def columns(self, owner: int, step: _Step) -> torch.Tensor:
         """int64 (Tn_step,): the global key tile of every key tile of the step."""
-        chunks = sharding.chunk_ids(owner, self.world_size, self.layout)
-        cols = []
-        for local in range(step.k0, step.k1, self.tile_n):
-            chunk, within = divmod(local, self.chunk_k)
-            cols.append((chunks[chunk] * self.chunk_k + within) // self.tile_n)
-        return torch.tensor(cols, dtype=torch.int64, device=self.device)
+        key = (owner, step.k0, step.k1)
+        if key not in self._columns:
+            chunks = sharding.chunk_ids(owner, self.world_size, self.layout)
+            cols = []
+            for local in range(step.k0, step.k1, self.tile_n):
+                chunk, within = divmod(local, self.chunk_k)
+                cols.append((chunks[chunk] * self.chunk_k + within) // self.tile_n)
+            self._columns[key] = torch.tensor(cols, dtype=torch.int64, device=self.device)
+        return self._columns[key]
 
 
 def _resolve_group(group):
