@@ -565,7 +565,9 @@ static double time_bwd(const bl_attn_desc &desc, bl_tensor q, bl_tensor k, bl_te
 
 static const char *g_vname = "wgmma";
 static int g_full_sweep = 1;  // 0: dense only
-static double g_dense_tflops = 0;  // the last bench_shape's dense rate
+#ifdef BL_BWD_D64_V2
+static double g_dense_tflops = 0;  // the last bench_shape's dense rate, for bench64's table
+#endif
 static void bench_shape(int B, int S, int H, int D, int causal) {
     const bl_dtype dt = BL_DTYPE_BF16;
     const float scale = 1.0f / sqrtf((float)D);
@@ -604,7 +606,9 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
                             t[6], t[7], reps);
     printf("bench %-5s B%d S%d H%d D%d %s dense        : %8.3f ms  %6.1f TFLOP/s\n", g_vname, B, S,
            H, D, causal ? "causal" : "full  ", dense, flops / dense * 1e-9);
+#ifdef BL_BWD_D64_V2
     g_dense_tflops = flops / dense * 1e-9;
+#endif
     if (!g_full_sweep) {
         for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
         cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);

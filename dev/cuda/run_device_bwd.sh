@@ -43,15 +43,15 @@ if has build64; then
   cuobjdump --dump-sass build/dev64/attn_bwd_sm90.o | awk '/Function :/{f=($0 ~ /wgmma64/)} f && /HGMMA/{n++} f && /RED/{r++} END{print "wg64v2 SASS: HGMMA " n ", RED " r}'
 fi
 if has check64; then
-  echo "==== check64"; timeout 150 ./build/dev64/attn_bwd check64 2>&1; echo "check64 rc=$?"
+  echo "==== check64"; timeout 60 ./build/dev64/attn_bwd check64 2>&1; echo "check64 rc=$?"
 fi
 if has sanitize64; then
   echo "==== sanitize64"
-  timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/dev64/attn_bwd small64 2>&1 | tail -8; echo "memcheck rc=${PIPESTATUS[0]}"
-  timeout 60 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 ./build/dev64/attn_bwd small64 2>&1 | tail -8; echo "racecheck rc=${PIPESTATUS[0]}"
+  timeout 30 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/dev64/attn_bwd small64 2>&1 | tail -8; echo "memcheck rc=${PIPESTATUS[0]}"
+  timeout 40 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 ./build/dev64/attn_bwd small64 2>&1 | tail -8; echo "racecheck rc=${PIPESTATUS[0]}"
 fi
 if has bench64; then
-  echo "==== bench64"; timeout 120 ./build/dev64/attn_bwd bench64 2>&1; echo "bench64 rc=$?"
+  echo "==== bench64"; timeout 60 ./build/dev64/attn_bwd bench64 2>&1; echo "bench64 rc=$?"
 fi
 if has sdpa64; then
   echo "==== sdpa64 (FLASH = FlashAttention-2, cuDNN; bf16, backward only)"
