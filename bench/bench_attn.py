@@ -231,6 +231,10 @@ def main(argv=None):
     shapes = SHAPES_QUICK if args.quick else SHAPES_FULL
     reps = args.reps or (5 if args.quick else 15)
     causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "back_lite": back_lite.version, "library": back_lite.library_path,
+            "command": " ".join(["python"] + sys.argv), "dtype": args.dtype, "reps": reps}
     results = []
     for shape in shapes:
         for causal in causals:
@@ -238,13 +242,9 @@ def main(argv=None):
             # FlexAttention only on the first shape: its compile takes tens of seconds per shape
             with_flex = not args.no_flex and shape == shapes[0]
             results.append(bench_shape(shape, dtype, causal, reps, with_flex))
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "back_lite": back_lite.version, "command": " ".join(["python"] + sys.argv),
-            "dtype": args.dtype, "reps": reps}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=1)
+            if args.out:  # after every shape, so a run cut short still leaves its results
+                with open(args.out, "w") as f:
+                    json.dump({"meta": meta, "results": results}, f, indent=1)
     print(json.dumps(meta))
     print_table(results)
 
