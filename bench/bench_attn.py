@@ -223,7 +223,15 @@ def main(argv=None):
     ap.add_argument("--causal", default="both", choices=["no", "yes", "both"])
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compile is slow)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--table", default=None, metavar="JSON",
+                    help="only print the tables of an earlier run's JSON file")
     args = ap.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            saved = json.load(f)
+        print(json.dumps(saved["meta"]))
+        print_table(saved["results"])
+        return
     if not torch.cuda.is_available() or not blf.backend_available("cuda"):
         sys.exit("bench_attn.py needs a CUDA device and the BackLite CUDA backend "
                  f"(torch.cuda.is_available()={torch.cuda.is_available()})")
