@@ -25,6 +25,7 @@
 #endif
 
 #include "backend.h"
+#include "cpu_kernels.h"
 #include "cpu_tensor.h"
 #include "cpu_tiles.h"
 
@@ -46,19 +47,18 @@ typedef struct bwd_scratch {
     float *lse;     /* (TM) */
     float *dlt;     /* (TM) */
     int64_t *limit; /* (TM) number of keys each row may see (a prefix) */
-    float *k;       /* (TN, D) key tile as rows, for dq += dS k */
-    float *k_t;     /* (D, TN) key tile transposed, for S = q k^T */
-    float *v_t;     /* (D, TN) value tile transposed, for dP = dO v^T */
-    float *v_row;   /* (D) one value row on its way into v_t */
-    float *p;       /* (TM, TN) probabilities of the block */
-    float *ds;      /* (TM, TN) dS of the block */
+    float *k;       /* (TN, D) key tile */
+    float *v;       /* (TN, D) value tile */
+    int64_t *cols;  /* (TM) allowed keys of each row in the current key tile */
+    float *p;       /* (TM, TN) scores, then probabilities of the block */
+    float *ds;      /* (TM, TN) dP, then dS of the block */
     float *dk;      /* (kv_rows, D) dk accumulator (scale applied at store) */
     float *dv;      /* (kv_rows, D) dv accumulator */
 } bwd_scratch;
 
 static void bwd_scratch_free(bwd_scratch *s) {
     free(s->q); free(s->dout); free(s->dq); free(s->lse); free(s->dlt); free(s->limit);
-    free(s->k); free(s->k_t); free(s->v_t); free(s->v_row); free(s->p); free(s->ds);
+    free(s->k); free(s->v); free(s->cols); free(s->p); free(s->ds);
     free(s->dk); free(s->dv);
 }
 
@@ -74,15 +74,14 @@ static int bwd_scratch_alloc(bwd_scratch *s, int D, int64_t kv_rows) {
     s->dlt = malloc(sizeof(float) * BL_TILE_M);
     s->limit = malloc(sizeof(int64_t) * BL_TILE_M);
     s->k = malloc(tile_nd);
-    s->k_t = malloc(tile_nd);
-    s->v_t = malloc(tile_nd);
-    s->v_row = malloc(sizeof(float) * D);
+    s->v = malloc(tile_nd);
+    s->cols = malloc(sizeof(int64_t) * BL_TILE_M);
     s->p = malloc(tile_mn);
     s->ds = malloc(tile_mn);
     s->dk = malloc(sizeof(float) * (size_t)kv_rows * D);
     s->dv = malloc(sizeof(float) * (size_t)kv_rows * D);
-    return s->q && s->dout && s->dq && s->lse && s->dlt && s->limit && s->k && s->k_t &&
-           s->v_t && s->v_row && s->p && s->ds && s->dk && s->dv;
+    return s->q && s->dout && s->dq && s->lse && s->dlt && s->limit && s->k && s->v &&
+           s->cols && s->p && s->ds && s->dk && s->dv;
 }
 
 /* Dlt for every row, from the out the caller passes (the exact forward output, or a global one
@@ -100,9 +99,8 @@ static void compute_dlt(const bl_attn_desc *d, const bl_tensor *out, const bl_te
             const int64_t b = row / (d->seqlen_q * d->heads_q);
             bl_load_row(out, d->dtype, b, i, h, D, out_row);
             bl_load_row(dout, d->dtype, b, i, h, D, dout_row);
-            float sum = 0.0f;
-            for (int e = 0; e < D; ++e) sum += dout_row[e] * out_row[e];
-            dlt[row] = sum;
+            /* bl_dot, as for dP: where out equals v exactly (one allowed key) dP - Dlt is 0 */
+            dlt[row] = bl_dot(dout_row, out_row, D);
         }
     }
 }
@@ -123,20 +121,14 @@ static void load_row_tile(const bwd_problem *pb, int64_t b, int64_t h, int64_t i
     }
 }
 
-/* Converts keys/values [j0, j1) of kv head hk to float: k as rows and transposed, v transposed. */
+/* Converts keys/values [j0, j1) of kv head hk to float rows. */
 static void load_kv_tile(const bwd_problem *pb, int64_t b, int64_t hk, int64_t j0, int64_t j1,
                          bwd_scratch *s) {
     const bl_attn_desc *d = pb->d;
     const int D = (int)d->head_dim;
     for (int64_t j = j0; j < j1; ++j) {
-        const int64_t c = j - j0;
-        float *k_row = s->k + c * D;
-        bl_load_row(pb->k, d->dtype, b, j, hk, D, k_row);
-        bl_load_row(pb->v, d->dtype, b, j, hk, D, s->v_row);
-        for (int e = 0; e < D; ++e) {
-            s->k_t[(int64_t)e * BL_TILE_N + c] = k_row[e];
-            s->v_t[(int64_t)e * BL_TILE_N + c] = s->v_row[e];
-        }
+        bl_load_row(pb->k, d->dtype, b, j, hk, D, s->k + (j - j0) * D);
+        bl_load_row(pb->v, d->dtype, b, j, hk, D, s->v + (j - j0) * D);
     }
 }
 
@@ -150,51 +142,40 @@ static int block_computed(const bwd_problem *pb, int64_t b, int64_t h, int64_t m
 }
 
 /* One (row tile, key tile) block, rows and keys already loaded into s. Adds its share to
- * dq_rows (TM, D) if not NULL, and to dk_rows, dv_rows ((width, D), the tile's keys) if not NULL. */
+ * dq_rows (TM, D) if not NULL, and to dk_rows, dv_rows ((width, D), the tile's keys) if not NULL.
+ * Only a row's allowed keys (a prefix of the tile) are touched, so that a NaN or inf in one row
+ * never reaches keys that row cannot see. */
 static void backward_block(int D, float scale, int64_t rows, int64_t j0, int64_t width,
                            bwd_scratch *s, float *dq_rows, float *dk_rows, float *dv_rows) {
-    for (int64_t r = 0; r < rows; ++r) {
-        int64_t cols = s->limit[r] - j0; /* the row's allowed keys in this tile */
-        if (cols > width) cols = width;
-        if (cols <= 0) continue;
-        float *p = s->p + r * BL_TILE_N;
-        float *ds = s->ds + r * BL_TILE_N;
-        const float *q = s->q + r * D;
-        const float *dout = s->dout + r * D;
+    /* S = q k^T and dP = dO v^T over the whole block (entries past a row's keys go unused) */
+    bl_dot_block(s->q, D, rows, s->k, D, width, D, s->p, BL_TILE_N);
+    bl_dot_block(s->dout, D, rows, s->v, D, width, D, s->ds, BL_TILE_N);
 
-        for (int64_t c = 0; c < cols; ++c) p[c] = 0.0f, ds[c] = 0.0f;
-        for (int e = 0; e < D; ++e) {
-            const float qe = q[e], de = dout[e];
-            const float *kt = s->k_t + (int64_t)e * BL_TILE_N;
-            const float *vt = s->v_t + (int64_t)e * BL_TILE_N;
-            for (int64_t c = 0; c < cols; ++c) {
-                p[c] += qe * kt[c];  /* S */
-                ds[c] += de * vt[c]; /* dP */
-            }
-        }
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t cols = s->limit[r] - j0;
+        if (cols > width) cols = width;
+        if (cols < 0) cols = 0;
+        s->cols[r] = cols;
+        float *p = s->p + r * BL_TILE_N, *ds = s->ds + r * BL_TILE_N;
         const float lse = s->lse[r], dlt = s->dlt[r];
         for (int64_t c = 0; c < cols; ++c) {
             p[c] = expf(scale * p[c] - lse);
             ds[c] = p[c] * (ds[c] - dlt);
         }
+        if (dq_rows) bl_axpy_rows(dq_rows + r * D, ds, s->k, D, cols, D);
+    }
 
-        if (dq_rows) {
-            float *dq = dq_rows + r * D;
-            for (int64_t c = 0; c < cols; ++c) {
-                const float dsc = ds[c];
-                const float *krow = s->k + c * D;
-                for (int e = 0; e < D; ++e) dq[e] += dsc * krow[e];
-            }
+    if (!dk_rows) return;
+    for (int64_t c = 0; c < width; ++c) {
+        bl_axpy_batch dk_batch = {{0}, {0}, 0}, dv_batch = {{0}, {0}, 0};
+        float *dk = dk_rows + c * D, *dv = dv_rows + c * D;
+        for (int64_t r = 0; r < rows; ++r) {
+            if (c >= s->cols[r]) continue;
+            bl_axpy_batch_add(&dk_batch, dk, s->ds[r * BL_TILE_N + c], s->q + r * D, D);
+            bl_axpy_batch_add(&dv_batch, dv, s->p[r * BL_TILE_N + c], s->dout + r * D, D);
         }
-        if (dk_rows)
-            for (int64_t c = 0; c < cols; ++c) {
-                const float dsc = ds[c], pc = p[c];
-                float *dk = dk_rows + c * D, *dv = dv_rows + c * D;
-                for (int e = 0; e < D; ++e) {
-                    dk[e] += dsc * q[e];
-                    dv[e] += pc * dout[e];
-                }
-            }
+        bl_axpy_batch_flush(&dk_batch, dk, D);
+        bl_axpy_batch_flush(&dv_batch, dv, D);
     }
 }
 

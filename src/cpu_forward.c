@@ -12,14 +12,14 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "cpu_kernels.h"
 #include "cpu_tensor.h"
 #include "cpu_tiles.h"
 
 /* Per-thread scratch of one forward work item. */
 typedef struct fwd_scratch {
     float *q;        /* (TM, D) scaled query rows */
-    float *k_row;    /* (D) one key row on its way into k_t */
-    float *k_t;      /* (D, TN) the key tile, transposed so that S rows vectorize over keys */
+    float *k;        /* (TN, D) the key tile */
     float *v;        /* (TN, D) the value tile */
     float *s;        /* (TM, TN) scores, then probabilities relative to the running max */
     float *acc;      /* (TM, D) unnormalized output rows */
@@ -31,14 +31,13 @@ typedef struct fwd_scratch {
 } fwd_scratch;
 
 static void fwd_scratch_free(fwd_scratch *s) {
-    free(s->q); free(s->k_row); free(s->k_t); free(s->v); free(s->s); free(s->acc);
+    free(s->q); free(s->k); free(s->v); free(s->s); free(s->acc);
     free(s->row_max); free(s->row_sum); free(s->limit); free(s->log_mass); free(s->row_lse);
 }
 
 static int fwd_scratch_alloc(fwd_scratch *s, int D, int64_t num_tiles_n, int with_stats) {
     s->q = malloc(sizeof(float) * BL_TILE_M * D);
-    s->k_row = malloc(sizeof(float) * D);
-    s->k_t = malloc(sizeof(float) * D * BL_TILE_N);
+    s->k = malloc(sizeof(float) * BL_TILE_N * D);
     s->v = malloc(sizeof(float) * BL_TILE_N * D);
     s->s = malloc(sizeof(float) * BL_TILE_M * BL_TILE_N);
     s->acc = malloc(sizeof(float) * BL_TILE_M * D);
@@ -47,35 +46,27 @@ static int fwd_scratch_alloc(fwd_scratch *s, int D, int64_t num_tiles_n, int wit
     s->limit = malloc(sizeof(int64_t) * BL_TILE_M);
     s->log_mass = with_stats ? malloc(sizeof(double) * BL_TILE_M * (size_t)num_tiles_n) : NULL;
     s->row_lse = malloc(sizeof(double) * BL_TILE_M);
-    return s->q && s->k_row && s->k_t && s->v && s->s && s->acc && s->row_max && s->row_sum &&
+    return s->q && s->k && s->v && s->s && s->acc && s->row_max && s->row_sum &&
            s->limit && s->row_lse && (!with_stats || s->log_mass);
 }
 
-/* Converts keys/values [j0, j1) of kv head hk to float: k transposed into k_t, v as rows. */
+/* Converts keys/values [j0, j1) of kv head hk to float rows. */
 static void load_kv_tile(const bl_attn_desc *d, const bl_tensor *k, const bl_tensor *v,
                          int64_t b, int64_t hk, int64_t j0, int64_t j1, fwd_scratch *s) {
     const int D = (int)d->head_dim;
     for (int64_t j = j0; j < j1; ++j) {
         const int64_t c = j - j0;
-        bl_load_row(k, d->dtype, b, j, hk, D, s->k_row);
-        for (int e = 0; e < D; ++e) s->k_t[(int64_t)e * BL_TILE_N + c] = s->k_row[e];
+        bl_load_row(k, d->dtype, b, j, hk, D, s->k + c * D);
         bl_load_row(v, d->dtype, b, j, hk, D, s->v + c * D);
     }
 }
 
-/* One key tile [j0, j1) for row r: scores, online-softmax update, accumulation. Returns the
- * natural log of the mass this row put in the tile, in the same (unnormalized) scale as its lse. */
+/* Online-softmax update of row r with its scores against the first `cols` keys of the tile
+ * (already in s->s). Returns the natural log of the mass the row put in the tile, in the same
+ * (unnormalized) scale as its lse. */
 static double forward_row_on_tile(fwd_scratch *s, int D, int64_t r, int64_t cols) {
-    const float *q = s->q + r * D;
     float *srow = s->s + r * BL_TILE_N;
     float *acc = s->acc + r * D;
-
-    for (int64_t c = 0; c < cols; ++c) srow[c] = 0.0f;
-    for (int e = 0; e < D; ++e) {
-        const float qe = q[e];
-        const float *kt = s->k_t + (int64_t)e * BL_TILE_N;
-        for (int64_t c = 0; c < cols; ++c) srow[c] += qe * kt[c];
-    }
 
     /* NaN never wins the comparison, so a NaN score does not hide the finite max; it still
      * reaches the output through exp(NaN) as in dense attention. */
@@ -96,11 +87,7 @@ static double forward_row_on_tile(fwd_scratch *s, int D, int64_t r, int64_t cols
     s->row_sum[r] = s->row_sum[r] * alpha + tile_sum;
     s->row_max[r] = new_max;
     for (int e = 0; e < D; ++e) acc[e] *= alpha;
-    for (int64_t c = 0; c < cols; ++c) {
-        const float p = srow[c];
-        const float *vrow = s->v + c * D;
-        for (int e = 0; e < D; ++e) acc[e] += p * vrow[e];
-    }
+    bl_axpy_rows(acc, srow, s->v, D, cols, D);
     return (double)shift + log((double)tile_sum);
 }
 
@@ -130,6 +117,8 @@ static void forward_row_tile(const bl_attn_desc *d, const bl_tensor *q, const bl
         int64_t j0, j1;
         bl_key_tile_range(n, Sk, &j0, &j1);
         load_kv_tile(d, k, v, b, hk, j0, j1, s);
+        /* scores of every row against the whole tile; entries past a row's keys go unused */
+        bl_dot_block(s->q, D, rows, s->k, D, j1 - j0, D, s->s, BL_TILE_N);
         for (int64_t r = 0; r < rows; ++r) {
             int64_t cols = s->limit[r] - j0; /* the row's allowed keys in this tile */
             if (cols > j1 - j0) cols = j1 - j0;
