@@ -610,8 +610,10 @@ def parse_args(argv=None):
                    help="share of the last steps whose training loss is averaged")
     p.add_argument("--no-noise-run", action="store_true",
                    help="skip the dense run with another data seed")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch and OpenMP)")
-    p.add_argument("--out", default=None, help="output folder (default examples/out/<size>-<device>)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (the library's OpenMP threads follow OMP_NUM_THREADS)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default examples/out/<size>-<device>)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)

@@ -33,7 +33,7 @@ from .. import _checks, functional
 from .sdpa import DEFAULT_NEGL_PROB, sdpa_through_back_lite
 
 try:
-    import diffusers
+    import diffusers  # noqa: F401 (the check that it is installed)
     from diffusers.models.attention_processor import Attention, AttnProcessor, AttnProcessor2_0
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("back_lite.integrations.diffusers needs diffusers: "
@@ -166,4 +166,4 @@ def use_back_lite(model: torch.nn.Module, negl_prob: float = DEFAULT_NEGL_PROB,
     return counts
 
 
-__all__ = ["BackLiteAttnProcessor", "BackLiteSDPAProcessor", "use_back_lite", "diffusers"]
+__all__ = ["BackLiteAttnProcessor", "BackLiteSDPAProcessor", "use_back_lite"]

@@ -34,7 +34,7 @@ from .. import _checks, functional
 from .sdpa import DEFAULT_NEGL_PROB
 
 try:
-    import transformers
+    import transformers  # noqa: F401 (the check that it is installed)
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -116,4 +116,4 @@ def set_negl_prob(model: torch.nn.Module, negl_prob: float) -> int:
     return count
 
 
-__all__ = ["NAME", "register", "back_lite_attention_forward", "set_negl_prob", "transformers"]
+__all__ = ["NAME", "register", "back_lite_attention_forward", "set_negl_prob"]
