@@ -558,7 +558,8 @@ class CalibrationResult:
             ms = self.joint["margins"]
             lines.append(f"{'joint (all layers)':<24} {'':>10} {'':>9} {'':>11} {'':>12} "
                          f"{fmt(cos_in):>11} {fmt(cos_p):>11} {min(ms):>8.3f}/"
-                         f"{sum(ms) / len(ms):<9.3f} {'pass' if self.joint['passed'] else 'FAIL':>10}")
+                         f"{sum(ms) / len(ms):<9.3f} "
+                         f"{'pass' if self.joint['passed'] else 'FAIL':>10}")
             if self.backoff_steps:
                 lines.append(f"(the joint check failed at the per-layer values; every layer was "
                              f"stepped {self.backoff_steps} grid step(s) down)")
@@ -648,7 +649,7 @@ class CalibrationResult:
                 if "params" in fid:
                     items.append(("params", fid["params"]))
                 for name, f in fid.get("inputs", {}).items():
-                    if layer in (ALL_LAYERS, name):
+                    if layer in (ALL_LAYERS, "joint", name):
                         items.append((f"inputs {name}", f))
                 for what, f in items:
                     key = what if layer == ALL_LAYERS else f"{layer}: {what}"

@@ -163,9 +163,10 @@ def tile_stats(tile_mass: torch.Tensor, negl_prob: float, seqlen_q: int, seqlen_
                          f"shape {tuple(tile_mass.shape)} (run the forward with statistics)")
     batch, heads, tm, tn = tile_mass.shape
     device = tile_mass.device
-    if (tm, tn) != tuple(functional.num_tiles(seqlen_q, seqlen_k, device)):
+    expected = tuple(functional.num_tiles(seqlen_q, seqlen_k, device))
+    if (tm, tn) != expected:
         raise ValueError(f"BackLite: tile_mass has (Tm, Tn) = {(tm, tn)} but seqlen_q={seqlen_q}, "
-                         f"seqlen_k={seqlen_k} give {functional.num_tiles(seqlen_q, seqlen_k, device)}")
+                         f"seqlen_k={seqlen_k} give {expected}")
     computable = functional.computable_tiles(seqlen_q, seqlen_k, causal, device)
     if mask is None:
         if negl_prob > 0.0:
@@ -379,9 +380,10 @@ class Recorder:
                 body = rec.stats().summary()
             else:
                 st = rec.stats(0.0)
-                body = (f"dense backward | tile mass: top tile {float(st.top_tile_share.mean()):.3f}"
-                        f", effective tiles {float(st.effective_tiles.mean()):.2f} of "
-                        f"{st.num_tiles[1]}")
+                top = float(st.top_tile_share.mean())
+                eff = float(st.effective_tiles.mean())
+                body = (f"dense backward | tile mass: top tile {top:.3f}, effective tiles "
+                        f"{eff:.2f} of {st.num_tiles[1]}")
             lines.append(f"{rec.name or '<module>'} q={rec.q_shape} negl_prob={rec.negl_prob}: "
                          + body)
         return "\n".join(lines)

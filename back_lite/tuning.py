@@ -28,8 +28,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional, Sequence
 
-import torch
-
 from . import _checks
 # (`from . import calibrate` would give the function back_lite.calibrate, not the module)
 from .calibrate import KINDS, Target, _Session

@@ -3,7 +3,6 @@ K steps, leaves .grad alone (CPU backend, small toy model)."""
 import sys
 
 import pytest
-import torch
 
 import back_lite
 from back_lite.tuning import FidelityController
