@@ -76,6 +76,34 @@ static inline void case_init(attn_case *c, case_shape s, int causal, bl_dtype dt
     tensor_set(&c->dout, c->dout_d);
 }
 
+/* Replaces q and k with position codes whose scores peak at i - (Sq - Sk) == j (local
+ * attention, as on a sequence with strong locality): most of each row's mass falls in the
+ * key tiles near the diagonal, so the selection skips many tiles. `peak` is the top score. */
+static inline void case_make_local(attn_case *c, double peak) {
+    const case_shape *s = &c->shape;
+    const int64_t pairs = s->D / 2;
+    /* q_i . k_j = amp^2 * sum_f cos((i' - j) w_f), largest (pairs * amp^2) at i' == j */
+    const double amp = sqrt(peak / (c->desc.scale * (double)pairs));
+    for (int64_t b = 0; b < s->B; ++b)
+        for (int64_t f = 0; f < pairs; ++f) {
+            const double w = pow(1e-3, (double)f / (double)pairs); /* 1 .. 1e-3 rad per step */
+            for (int64_t i = 0; i < s->Sq; ++i)
+                for (int64_t h = 0; h < s->Hq; ++h) {
+                    double *qv = c->q_d + ((b * s->Sq + i) * s->Hq + h) * s->D;
+                    const double pos = (double)(i - (s->Sq - s->Sk));
+                    qv[2 * f] = amp * cos(pos * w), qv[2 * f + 1] = amp * sin(pos * w);
+                }
+            for (int64_t j = 0; j < s->Sk; ++j)
+                for (int64_t h = 0; h < s->Hk; ++h) {
+                    double *kv = c->k_d + ((b * s->Sk + j) * s->Hk + h) * s->D;
+                    kv[2 * f] = amp * cos((double)j * w), kv[2 * f + 1] = amp * sin((double)j * w);
+                }
+        }
+    tensor_set(&c->q, c->q_d);
+    tensor_set(&c->k, c->k_d);
+    snprintf(c->name + strlen(c->name), sizeof c->name - strlen(c->name), " local");
+}
+
 static inline void case_free(attn_case *c) {
     tensor_free(&c->q), tensor_free(&c->k), tensor_free(&c->v), tensor_free(&c->out);
     tensor_free(&c->dout), tensor_free(&c->dq), tensor_free(&c->dk), tensor_free(&c->dv);

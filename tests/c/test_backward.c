@@ -154,6 +154,21 @@ int main(void) {
                 case_free(&c);
                 ++seed;
             }
+    /* Longer sequences with local attention: many key tiles per row, most of them skipped. */
+    const case_shape long_shape = {1, 1000, 900, 2, 1, 64};
+    for (int i = 0; i < 2; ++i) {
+        attn_case c;
+        case_init(&c, long_shape, i, i ? BL_DTYPE_BF16 : BL_DTYPE_F32, LAYOUT_BSHD, seed++);
+        case_make_local(&c, 12.0);
+        int64_t kept_before = g_tiles_kept, total_before = g_tiles_total;
+        check_backward(&c, seed * 7919);
+        const int64_t kept = g_tiles_kept - kept_before, total = g_tiles_total - total_before;
+        printf("[%s] negl_prob=0.1 kept %lld of %lld tiles\n", c.name, (long long)kept,
+               (long long)total);
+        EXPECT(2 * kept < total, "[%s]: local attention kept %lld of %lld tiles, want < half",
+               c.name, (long long)kept, (long long)total);
+        case_free(&c);
+    }
     printf("negl_prob=0.1 kept %lld of %lld tiles\n", (long long)g_tiles_kept,
            (long long)g_tiles_total);
     EXPECT(g_tiles_kept < g_tiles_total, "the selection never skipped a tile: sparse path untested");

@@ -99,5 +99,14 @@ int main(void) {
                 check_forward(&c);
                 case_free(&c);
             }
+    /* Local attention over many tiles: W concentrated near the diagonal, still exact. */
+    const case_shape long_shape = {1, 1000, 900, 2, 1, 64};
+    for (int causal = 0; causal <= 1; ++causal) {
+        attn_case c;
+        case_init(&c, long_shape, causal, BL_DTYPE_BF16, LAYOUT_PADDED, seed++);
+        case_make_local(&c, 12.0);
+        check_forward(&c);
+        case_free(&c);
+    }
     return test_summary("test_forward");
 }
