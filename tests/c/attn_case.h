@@ -30,7 +30,8 @@ static inline void case_init(attn_case *c, case_shape s, int causal, bl_dtype dt
                              uint64_t seed) {
     memset(c, 0, sizeof *c);
     c->shape = s, c->causal = causal, c->dtype = dt, c->lay = lay;
-    snprintf(c->name, sizeof c->name, "%s B=%lld Sq=%lld Sk=%lld Hq=%lld Hk=%lld D=%lld %s layout=%d",
+    snprintf(c->name, sizeof c->name,
+             "%s B=%lld Sq=%lld Sk=%lld Hq=%lld Hk=%lld D=%lld %s layout=%d",
              dtype_name(dt), (long long)s.B, (long long)s.Sq, (long long)s.Sk, (long long)s.Hq,
              (long long)s.Hk, (long long)s.D, causal ? "causal" : "full", (int)lay);
     bl_attn_desc *d = &c->desc;

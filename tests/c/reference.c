@@ -30,7 +30,8 @@ static int row_scores(const ref_problem *p, const double *q, const double *k, in
             continue;
         }
         double dot = 0.0;
-        for (int64_t e = 0; e < p->D; ++e) dot += q[idx_q(p, b, i, h) + e] * k[idx_k(p, b, j, hk) + e];
+        const double *qi = q + idx_q(p, b, i, h), *kj = k + idx_k(p, b, j, hk);
+        for (int64_t e = 0; e < p->D; ++e) dot += qi[e] * kj[e];
         s[j] = p->scale * dot;
         any = 1;
     }

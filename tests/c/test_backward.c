@@ -31,7 +31,8 @@ static grads grads_alloc(const attn_case *c) {
 }
 static void grads_free(grads *g) { free(g->dq), free(g->dk), free(g->dv); }
 
-/* Runs bl_backward; reads dq, dk, dv back. Outputs are poisoned first: everything must be written. */
+/* Runs bl_backward; reads dq, dk, dv back. The outputs are poisoned first: every element must
+ * be written. */
 static bl_status run_backward(attn_case *c, float negl_prob, const uint8_t *mask, grads *got) {
     tensor_poison(&c->dq), tensor_poison(&c->dk), tensor_poison(&c->dv);
     bl_status st = bl_backward(&c->desc, c->q.t, c->k.t, c->v.t, c->out.t, c->dout.t, c->lse,
@@ -171,6 +172,7 @@ int main(void) {
     }
     printf("negl_prob=0.1 kept %lld of %lld tiles\n", (long long)g_tiles_kept,
            (long long)g_tiles_total);
-    EXPECT(g_tiles_kept < g_tiles_total, "the selection never skipped a tile: sparse path untested");
+    EXPECT(g_tiles_kept < g_tiles_total,
+           "the selection never skipped a tile: sparse path untested");
     return test_summary("test_backward");
 }

@@ -13,7 +13,8 @@ static void exhaustive(void) {
     for (uint32_t h = 0; h <= 0xffff; ++h) {
         double f16 = bl_f16_to_float((uint16_t)h), bf16 = bl_bf16_to_float((uint16_t)h);
         if (!same_value(f16, test_decode_f16((uint16_t)h)) && decode_bad++ < 5)
-            EXPECT(0, "fp16 0x%04x decodes to %.9g, want %.9g", h, f16, test_decode_f16((uint16_t)h));
+            EXPECT(0, "fp16 0x%04x decodes to %.9g, want %.9g", h, f16,
+                   test_decode_f16((uint16_t)h));
         if (!same_value(bf16, test_decode_bf16((uint16_t)h)) && decode_bad++ < 5)
             EXPECT(0, "bf16 0x%04x decodes to %.9g, want %.9g", h, bf16,
                    test_decode_bf16((uint16_t)h));

@@ -8,8 +8,9 @@ static void poke(test_tensor *x, double *vals, int64_t b, int64_t s, int64_t h, 
     int64_t o = tensor_offset(x, b, s, h) + d;
     if (x->dtype == BL_DTYPE_F32) ((float *)x->alloc)[o] = (float)value;
     else if (x->dtype == BL_DTYPE_BF16)
-        ((uint16_t *)x->alloc)[o] = isnan(value) ? 0x7fc0 : isinf(value) ? (value > 0 ? 0x7f80 : 0xff80)
-                                                                          : test_encode_bf16(value);
+        ((uint16_t *)x->alloc)[o] = isnan(value)   ? 0x7fc0
+                                    : isinf(value) ? (value > 0 ? 0x7f80 : 0xff80)
+                                                   : test_encode_bf16(value);
     else
         ((uint16_t *)x->alloc)[o] = isinf(value) ? (value > 0 ? 0x7c00 : 0xfc00)
                                                  : test_encode_f16(value);

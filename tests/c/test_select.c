@@ -4,7 +4,8 @@
 #include "check.h"
 #include "reference.h"
 
-/* A desc whose W has exactly `rows` row tiles (B = 1, Hq = rows, Sq = TM) of `tiles_n` key tiles. */
+/* A desc whose W has exactly `rows` row tiles (B = 1, Hq = rows, Sq = TM) of `tiles_n` key
+ * tiles. */
 static bl_attn_desc desc_for(int64_t rows, int64_t tiles_n) {
     bl_attn_desc d;
     memset(&d, 0, sizeof d);
@@ -81,7 +82,8 @@ static void random_cases(void) {
     ref_problem r = {1, BL_TILE_M, tiles_n * BL_TILE_N, rows, 1, 64, 0.125, 0, BL_TILE_M,
                      BL_TILE_N};
     float *w = xcalloc((size_t)(rows * tiles_n), sizeof(float));
-    uint8_t *got = xcalloc((size_t)(rows * tiles_n), 1), *want = xcalloc((size_t)(rows * tiles_n), 1);
+    uint8_t *got = xcalloc((size_t)(rows * tiles_n), 1);
+    uint8_t *want = xcalloc((size_t)(rows * tiles_n), 1);
     uint8_t *prev = xcalloc((size_t)(rows * tiles_n), 1);
     const float negl_probs[] = {0.0f, 1e-4f, 0.01f, 0.05f, 0.1f, 0.3f, 0.5f, 0.9f, 0.999999f};
     uint64_t rng = 42;
