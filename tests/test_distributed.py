@@ -8,7 +8,7 @@ computed in this process. Sizes are small: the whole module takes ~30 s on 2 cor
 import datetime
 import os
 import socket
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import pytest
 import torch
@@ -40,6 +40,11 @@ class Case(NamedTuple):
     heads: tuple  # (Hq, Hk)
     inputs: str  # "local" (genuinely sparse attention) or "random"
     exact_stats: bool = False
+    layout: Optional[str] = None  # None: zigzag when causal, else contiguous
+
+    @property
+    def sharding(self) -> str:
+        return self.layout or ("zigzag" if self.causal else "contiguous")
 
 
 CASES = {
@@ -48,6 +53,9 @@ CASES = {
     "causal_f32_exact": Case(True, torch.float32, NEGL_PROB, (2, 1), "local", exact_stats=True),
     "causal_bf16": Case(True, torch.bfloat16, NEGL_PROB, (2, 2), "local"),
     "noncausal_dense_f32": Case(False, torch.float32, 0.0, (2, 1), "random"),
+    # causal without load balancing: each rank skips the shards of later ranks
+    "causal_contiguous_f32_exact": Case(True, torch.float32, NEGL_PROB, (2, 1), "local",
+                                        exact_stats=True, layout="contiguous"),
 }
 SPARSE = [name for name, case in CASES.items() if case.negl_prob > 0]
 APPROX = [name for name in SPARSE if not CASES[name].exact_stats]
@@ -88,37 +96,34 @@ def _inputs(case, world, seed=0):
     return q, k, v, dout
 
 
-def _layout(causal):
-    return "zigzag" if causal else "contiguous"
-
-
 # ---------------------------------------------------------------------------- worker side
 
 def _run_ring_case(name, case, group, ref_mask):
     """Sparse cases run the functional path (forward with statistics, selection, backward with
     the ring's mask and with the unsharded mask); dense cases and one sparse case also run the
     autograd wrapper."""
-    causal, negl_prob = case.causal, case.negl_prob
-    layout = _layout(causal)
+    causal, negl_prob, layout = case.causal, case.negl_prob, case.sharding
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     q, k, v, dout = (bd.shard(t, rank, world, layout) for t in _inputs(case, world))
     res = {}
     if negl_prob == 0 or name == AUTOGRAD_SPARSE_CASE:
         qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
         out, lse = bd.ring_attention(qg, kg, vg, group, negl_prob=negl_prob, causal=causal,
-                                     exact_stats=case.exact_stats, return_lse=True)
+                                     layout=layout, exact_stats=case.exact_stats,
+                                     return_lse=True)
         out.backward(dout)
         res.update(out=out.detach(), lse=lse, autograd=(qg.grad, kg.grad, vg.grad))
     if negl_prob > 0:
-        fwd = bd.ring_forward(q, k, v, group, causal=causal, with_stats=True,
+        fwd = bd.ring_forward(q, k, v, group, causal=causal, layout=layout, with_stats=True,
                               exact_stats=case.exact_stats)
         mask = back_lite.select(fwd.tile_mass, negl_prob)
         res.update(out=fwd.out, lse=fwd.lse, tile_mass=fwd.tile_mass, mask=mask)
         res["grads"] = bd.ring_backward(dout, q, k, v, fwd.out, fwd.lse, group, mask=mask,
-                                        causal=causal)
+                                        causal=causal, layout=layout)
         local_ref_mask = bd.shard(ref_mask, rank, world, layout, dim=2)
         res["ref_mask_grads"] = bd.ring_backward(dout, q, k, v, fwd.out, fwd.lse, group,
-                                                 mask=local_ref_mask, causal=causal)
+                                                 mask=local_ref_mask, causal=causal,
+                                                 layout=layout)
     else:
         res["grads"] = res["autograd"]
     return res
@@ -138,14 +143,26 @@ def _run_ulysses(group):
             "lse": lse, "dq": qg.grad, "dk": kg.grad, "dv": vg.grad}
 
 
-def _misaligned_error(group):
-    # 96 local keys are not whole 128-key tiles: a sparse ring must refuse them.
+def _argument_errors(group):
+    """name -> the ValueError message of a call the ring must refuse (None if it did not)."""
     q, k, v = random_qkv(1, 96, 96, 2, 2, HEAD_DIM, torch.float32)
-    try:
-        bd.ring_forward(q, k, v, group, with_stats=True)
-    except ValueError as err:
-        return str(err)
-    return None
+    _, k_long, v_long = random_qkv(1, 96, 192, 2, 2, HEAD_DIM, torch.float32)
+    calls = {
+        # 96 local keys are not whole 128-key tiles: a sparse ring cannot place their tiles
+        "partial_key_tiles": lambda: bd.ring_forward(q, k, v, group, with_stats=True),
+        "bad_layout": lambda: bd.ring_forward(q, k, v, group, layout="spiral"),
+        "causal_lengths": lambda: bd.ring_forward(q, k_long, v_long, group, causal=True),
+        "odd_zigzag": lambda: bd.ring_forward(q[:, :95], k[:, :95], v[:, :95], group,
+                                              layout="zigzag"),
+    }
+    messages = {}
+    for name, call in calls.items():
+        try:
+            call()
+            messages[name] = None
+        except ValueError as err:
+            messages[name] = str(err)
+    return messages
 
 
 def _worker(rank, port, out_dir, ref_masks):
@@ -163,7 +180,7 @@ def _worker(rank, port, out_dir, ref_masks):
             results = {name: _run_ring_case(name, case, group, ref_masks[world].get(name))
                        for name, case in CASES.items()}
             results["ulysses"] = _run_ulysses(group)
-            results["misaligned_error"] = _misaligned_error(group)
+            results["argument_errors"] = _argument_errors(group)
             torch.save(results, os.path.join(out_dir,
                                              f"p{world}_rank{dist.get_rank(group)}.pt"))
     finally:
@@ -198,7 +215,7 @@ class Run:
     def gather(self, name, key, dim=1, index=None):
         """Reassembles a result of case `name` from the ranks' shards in the case's layout."""
         parts = [s[name][key] if index is None else s[name][key][index] for s in self.shards]
-        return bd.unshard(parts, _layout(CASES[name].causal), dim=dim)
+        return bd.unshard(parts, CASES[name].sharding, dim=dim)
 
     def grads(self, name, key="grads"):
         return tuple(self.gather(name, key, index=i) for i in range(3))
@@ -370,10 +387,18 @@ def test_ulysses_attention_matches_unsharded(run):
         torch.testing.assert_close(got[key], want, rtol=1e-5, atol=1e-6, msg=key)
 
 
-def test_sparse_ring_refuses_partial_key_tiles(run):
+@pytest.mark.parametrize("call, words", [
+    ("partial_key_tiles", ("k has 96 local tokens", "TN=128")),
+    ("bad_layout", ("layout", "'spiral'")),
+    ("causal_lengths", ("q has 96 local tokens", "k has 192")),
+    ("odd_zigzag", ("'zigzag'", "q has 95 local tokens")),
+])
+def test_ring_argument_errors_name_the_argument(run, call, words):
     for res in run.shards:
-        message = res["misaligned_error"]
-        assert message is not None and "k has 96 local tokens" in message and "TN=" in message
+        message = res["argument_errors"][call]
+        assert message is not None, f"{call} was not refused"
+        for word in words:
+            assert word in message, message
 
 
 @pytest.mark.parametrize("layout", bd.LAYOUTS)
