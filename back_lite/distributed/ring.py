@@ -216,7 +216,8 @@ def _resolve_group(group):
 def _merge(out_acc: torch.Tensor, lse_acc: torch.Tensor, out: torch.Tensor,
            lse: torch.Tensor) -> None:
     """Log-sum-exp merge of one partial result into the running one, in place.
-    out_acc: (B, L, H, D) fp32, lse_acc: (B, H, L) fp32 (views); out: (B, L, H, D), lse: (B, H, L)."""
+    out_acc: (B, L, H, D) fp32 and lse_acc: (B, H, L) fp32 (views of the accumulators);
+    out: (B, L, H, D), lse: (B, H, L) of the partial result."""
     lse_new = torch.logaddexp(lse_acc, lse)
     # Rows that have seen no allowed key yet keep lse = -inf and out = 0 (exp(-inf - 0) = 0).
     base = lse_new.masked_fill(torch.isneginf(lse_new), 0.0)
