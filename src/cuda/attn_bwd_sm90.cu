@@ -18,6 +18,12 @@
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+// Head dim 64 runs version 2 by default: on the H200 (2026-11-29, dev/cuda/run_device_bwd.sh
+// check64 sanitize64 bench64) it passed every check and ran 215 against 190 TFLOP/s at
+// (1, 16384, 16, 64). -DBL_BWD_D64_V1 builds the previous kernel for D = 64 instead.
+#if !defined(BL_BWD_D64_V1) && !defined(BL_BWD_D64_V2)
+#define BL_BWD_D64_V2 1
+#endif
 #include "backend.h"
 #include "cuda_check.cuh"
 #include "bwd_common.cuh"
