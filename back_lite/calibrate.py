@@ -24,7 +24,9 @@ meets every target; a negl_prob passes when every batch passes.
 The search: the forward is exact for every negl_prob and the tiles skipped at a smaller negl_prob
 are a subset of those skipped at a larger one, so the gradient error grows (in practice
 monotonically) with negl_prob. The candidates form a grid in log-space and the search bisects it:
-about log2(len(grid)) probes, each one backward per batch. Per layer (per_layer=True), each layer
+about log2(len(grid)) probes, each one backward per batch. A probe whose kept tiles (computed
+from the dense runs' W with the library's select op) equal an earlier probe's has the same
+gradients and costs no backward. Per layer (per_layer=True), each layer
 is searched with the other layers dense and judged on its own input gradients (and the parameter
 gradients); then all layers are checked together and, if the combination misses the target,
 every layer steps down the grid together until it meets it.
@@ -46,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import math
@@ -392,11 +395,32 @@ class _Search:
         self.evaluations: list = []
         self._cache: dict = {}
 
+    def _tiles_key(self, negl: dict) -> str:
+        """A digest of the tiles every call of every batch keeps at `negl`. The forward is exact,
+        so the dense runs' W is the W of any run, and two settings that keep the same tiles
+        give the same gradients: one backward per distinct set of kept tiles is enough."""
+        digest = hashlib.sha1()
+        for i in range(len(self.session.batches)):
+            for name, calls in self.session.reference(i).stats.items():
+                p = negl.get(name, 0.0)
+                for w, _, _, _ in calls:
+                    if p == 0.0:
+                        digest.update(b"dense")
+                    else:
+                        mask = diagnostics.functional.select(w, p)
+                        digest.update(bytes(mask.flatten().to(torch.uint8).cpu().tolist()))
+                digest.update(name.encode())
+        return digest.hexdigest()
+
     def evaluate(self, negl: dict, layers: Optional[list], label: str) -> dict:
         """Runs every batch at `negl`; judged on the input gradients of `layers` (None: all)."""
-        key = (label, tuple(sorted(negl.items())))
+        key = (label, self._tiles_key(negl))
         if key in self._cache:
-            return self._cache[key]
+            # same kept tiles as an earlier probe: same gradients, recorded at this value too
+            record = dict(self._cache[key], negl_prob=negl,
+                          same_tiles_as=self._cache[key]["negl_prob"])
+            self.evaluations.append(record)
+            return record
         per_batch, margins = [], []
         for i in range(len(self.session.batches)):
             fid = self.session.measure(i, negl)
@@ -529,9 +553,11 @@ class CalibrationResult:
             f"cosine >= {t['cosine']}" if t.get("cosine") is not None else "",
             f"rel L2 <= {t['rel_l2']}" if t.get("rel_l2") is not None else "") if x)
         n = next(iter(self.confidence.values()))["batches"] if self.confidence else 0
+        reused = sum("same_tiles_as" in e for e in self.evaluations)
         lines = [f"BackLite calibration ({self.mode}): target {want} on {on}; {n} batches; grid "
                  f"{self.grid[0]:.3g}..{self.grid[-1]:.3g} ({len(self.grid)} values, "
-                 f"{len(self.evaluations)} probes)",
+                 f"{len(self.evaluations)} probes, {reused} of them answered by an earlier probe "
+                 "that kept the same tiles)",
                  f"{'layer':<24} {'negl_prob':>10} {'sparsity':>9} {'FLOPs saved':>11} "
                  f"{'est.speed-up':>12} {'cos inputs':>11} {'cos params':>11} "
                  f"{'margin worst/mean':>18} {'confidence':>10}"]

@@ -69,7 +69,7 @@ class _Uniform(torch.nn.Module):
 @pytest.mark.parametrize("scan", [False, True])
 def test_search_finds_the_known_answer(scan):
     model = _Uniform()
-    grid = [0.05, 0.1, 0.2, 0.24, 0.26, 0.3, 0.5]
+    grid = [0.05, 0.1, 0.2, 0.24, 0.26, 0.3, 0.45]
     result = back_lite.calibrate(model, [torch.ones(())], grid=grid, target_cosine=0.99,
                                  scan=scan, progress=False)
     assert result.negl_prob == 0.24
@@ -83,6 +83,12 @@ def test_search_finds_the_known_answer(scan):
     assert result.confidence["*"]["batches_passing_next"] == 0
     # above 1/4 a whole key tile is skipped: the gradient is visibly wrong, not marginally
     assert probed[0.26]["fidelity"][0]["inputs"]["attn"]["cosine"] < 0.95
+    if scan:
+        # 0.05 .. 0.24 all keep every tile, and 0.26 .. 0.45 all drop one of the four, so those
+        # probes reuse the first backward of their group instead of running their own
+        reused = [e for e in result.evaluations if "same_tiles_as" in e]
+        assert {max(e["negl_prob"].values()) for e in reused} == {0.1, 0.2, 0.24, 0.3, 0.45}
+        assert probed[0.24]["margins"] == probed[0.05]["margins"]
 
 
 def test_search_with_no_passing_value_keeps_the_dense_backward():
@@ -275,3 +281,16 @@ def test_cli_runs_end_to_end(tmp_path):
     assert data["mode"] == "global" and 0.0 <= data["negl_prob"] < 1.0
     width, height = _png_size(str(out / "calibration.png"))
     assert width > 0 and height > 0
+
+
+def test_optional_extras_missing_give_a_clear_error(monkeypatch, tmp_path):
+    result = back_lite.calibrate(_Uniform(), [torch.ones(())], grid=[0.1, 0.3], progress=False)
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    with pytest.raises(ImportError, match="needs tqdm"):
+        back_lite.calibrate(_Uniform(), [torch.ones(())], grid=[0.1, 0.3], progress=True)
+    # progress=None (the default) runs without a bar when tqdm is missing
+    assert back_lite.calibrate(_Uniform(), [torch.ones(())], grid=[0.1, 0.3]).negl_prob == 0.1
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match="needs matplotlib"):
+        result.plot(str(tmp_path / "x.png"))
