@@ -917,15 +917,16 @@ class ToyVideoAttention(torch.nn.Module):
             x = x + block.proj(block.attn(q, k, v).reshape(batch, seqlen, -1))
         return x
 
-    def make_batch(self, batch: int = 1, seed: int = 0, dtype=torch.float32):
+    def make_batch(self, batch: int = 1, seed: int = 0):
         """(x, y): x the positional features plus random content (B, S, dim), y a random
-        regression target of the same shape."""
+        regression target of the same shape; on the model's device, in its dtype."""
         gen = torch.Generator().manual_seed(10_007 * (seed + 1))
-        seqlen = self.pos.shape[0]
-        content = torch.randn(batch, seqlen, self.content_dim, generator=gen)
-        x = torch.cat([self.pos.expand(batch, -1, -1), content], dim=-1)
-        y = torch.randn(batch, seqlen, self.dim, generator=gen)
-        return x.to(dtype), y.to(dtype)
+        pos = self.pos.float().cpu()
+        content = torch.randn(batch, pos.shape[0], self.content_dim, generator=gen)
+        x = torch.cat([pos.expand(batch, -1, -1), content], dim=-1)
+        y = torch.randn(batch, pos.shape[0], self.dim, generator=gen)
+        like = self.blocks[0].q.weight
+        return x.to(like.device, like.dtype), y.to(like.device, like.dtype)
 
 
 def mse_loss(model: torch.nn.Module, batch) -> torch.Tensor:
@@ -945,9 +946,11 @@ def _grid_features(grid_shape, freqs: int, width: float) -> torch.Tensor:
     return feat.to(torch.float32)
 
 
-def synthetic_problem(num_batches: int = 4, batch: int = 1, seed: int = 0, **model_kwargs):
-    """(model, batches, loss_fn) of the built-in problem: ToyVideoAttention with MSE loss."""
-    model = ToyVideoAttention(seed=seed, **model_kwargs)
+def synthetic_problem(num_batches: int = 4, batch: int = 1, seed: int = 0, device="cpu",
+                      dtype=torch.float32, **model_kwargs):
+    """(model, batches, loss_fn) of the built-in problem: ToyVideoAttention with MSE loss, on
+    `device` in `dtype` (the CUDA backend takes bf16/fp16, the CPU backend also fp32)."""
+    model = ToyVideoAttention(seed=seed, **model_kwargs).to(device=device, dtype=dtype)
     batches = [model.make_batch(batch, seed=seed * 1000 + i) for i in range(num_batches)]
     return model, batches, mse_loss
 
@@ -994,6 +997,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--batches", type=int, default=4, help="synthetic problem: batches")
     parser.add_argument("--frames", default="8x8x16",
                         help="synthetic problem: frames x height x width of the token grid")
+    parser.add_argument("--device", default="cpu", help="synthetic problem: cpu or cuda")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="synthetic problem: default float32 on cpu, bfloat16 on cuda")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
@@ -1005,7 +1011,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         grid_shape = tuple(int(x) for x in args.frames.lower().split("x"))
         if len(grid_shape) != 3:
             parser.error(f"--frames must be FxHxW, got {args.frames}")
+        dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
         model, batches, loss_fn = synthetic_problem(args.batches, seed=args.seed,
+                                                    device=args.device,
+                                                    dtype=getattr(torch, dtype),
                                                     grid_shape=grid_shape)
     grid = None
     if args.grid:
