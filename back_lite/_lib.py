@@ -2,7 +2,9 @@
 
 The library is searched in this order:
   1. the file named by the environment variable BACK_LITE_LIBRARY (a path to the .so);
-  2. the back_lite package directory (where `pip install .` puts it).
+  2. the back_lite package directory (where `pip install .` puts it);
+  3. the installed back-lite distribution's copy, for when the source tree's back_lite/ (which has
+     no library) shadows the installed package -- `python -m back_lite.demo` run in the repo root.
 A missing library, or one whose bl_abi_version() differs from ABI_VERSION, raises
 BackLiteLibraryError (an ImportError) that says what was looked for and how to build it.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from importlib import metadata
 
 # The ABI this binding was written for; must equal BL_ABI_VERSION in include/backlite.h.
 ABI_VERSION = 1
@@ -121,8 +124,14 @@ def _candidates() -> list[tuple[str, str]]:
     env = os.environ.get(_ENV_VAR)
     if env:
         found.append((f"${_ENV_VAR}", env))
-    found.append(("the back_lite package directory",
-                  os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME)))
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME)
+    found.append(("the back_lite package directory", here))
+    try:
+        installed = str(metadata.distribution("back-lite").locate_file(f"back_lite/{LIB_NAME}"))
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed and os.path.abspath(installed) != here:
+        found.append(("the installed back-lite distribution", installed))
     return found
 
 
