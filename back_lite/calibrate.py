@@ -75,7 +75,8 @@ GRID_HIGH = 0.5
 GRID_POINTS_PER_DECADE = 6
 # Gradient kinds that can be compared.
 KINDS = ("inputs", "params")
-# A gradient whose dense reference has norm 0 (unused input) is skipped below this norm.
+# Squared norm at or below which a dense reference gradient counts as zero (an input the loss
+# does not depend on): only an all-zero gradient then matches it.
 _ZERO_NORM = 0.0
 # Confidence labels: "high" needs this many batches and a worst normalized margin of at least
 # HIGH_MARGIN (and twice the spread of the margins across batches).
@@ -283,10 +284,10 @@ class _Session:
             for name in self.modules:
                 worst = None
                 for part in range(3):  # dq, dk, dv each on its own
+                    if all(c[part] is None for c in ref.inputs[name]):
+                        continue  # no gradient flows into this input
                     fid = compare([c[part] for c in got.inputs[name]],
                                   [c[part] for c in ref.inputs[name]])
-                    if all(c[part] is None for c in ref.inputs[name]):
-                        continue
                     if worst is None or self.target.margin(fid) < self.target.margin(worst):
                         worst = fid
                 if worst is not None:
