@@ -18,8 +18,9 @@ With tokens ordered frame by frame, a 64-row query tile is one or a few frames, 
 (other frames) carry little of its softmax mass: the block-sparse backward can skip them.
 
 Runs, all from the same initial weights and the same batches (same seed):
-  dense         BackLite with negl_prob = 0 (its ordinary dense backward; the forward is the same
-                exact kernel in every run, so the runs differ only in the backward)
+  dense         BackLite with negl_prob = 0 (its ordinary dense backward; the forward is exact in
+                every run -- the sparse runs also record the tile mass -- so the runs differ only
+                in the backward)
   negl_prob=p   BackLite with the block-sparse backward, for each p of --negl-probs
   dense seed+1  (unless --no-noise-run) dense again with other batches and diffusion noise: how far
                 two equally good runs land apart, the yardstick for "within noise"
@@ -27,7 +28,9 @@ Each run logs its training loss, a validation loss on a fixed held-out batch, th
 the attention-backward time (all layers, measured around the attention's own backward). At a few
 checkpoints the sparse runs also compute the dense gradient on the same weights and batch and
 report the cosine similarity of the two parameter gradients, and the backward sparsity (share of
-key tiles skipped).
+key tiles skipped). After training, every trained model runs forward + backward on one fixed
+batch, the runs taking turns for --timing-rounds rounds: the step and attention-backward times in
+the table are those medians, fair on a machine whose load drifts.
 
 Outputs in --out: loss.png (loss curves), results.md and results.csv (one row per run),
 history.csv (per-step losses and times), fidelity.csv (per checkpoint), results.json (all of it).
@@ -80,7 +83,9 @@ BACKGROUND = 0.0             # pixel values are in [-1, 1]
 WARMUP_STEPS = 10
 GRAD_CLIP = 1.0
 TIMING_SKIP = 3              # first steps (allocator / thread warm-up) left out of the medians
+TIMING_WARMUP = 2            # untimed rounds before the interleaved timing
 SMOOTH = 0.9                 # EMA factor of the plotted training loss
+LINE_STYLES = ("-", "--", ":", "-.")  # curves that coincide stay visible
 # Parameters upstream of the attention only through q, k, v (for the undiluted gradient cosine).
 QKV_PARAMS = ("attn.to_q.", "attn.to_k.", "attn.to_v.", "attn.q_norm.", "attn.k_norm.",
               "attn.log_gain")
@@ -362,7 +367,10 @@ def grad_vectors(model):
 
 
 def cosine(a, b):
-    return float(torch.dot(a, b) / (a.norm() * b.norm()).clamp_min(1e-300))
+    """Cosine similarity; NaN while a gradient is exactly zero (adaLN-Zero: the first steps give
+    the attention no gradient at all)."""
+    norms = a.norm() * b.norm()
+    return float(torch.dot(a, b) / norms) if norms > 0 else float("nan")
 
 
 def set_negl_prob(model, negl_prob):
@@ -370,20 +378,22 @@ def set_negl_prob(model, negl_prob):
         attn.negl_prob = negl_prob
 
 
+def autocast_for(device):
+    """bf16 autocast on the GPU (BackLite's CUDA backend takes bf16/fp16); fp32 on the CPU."""
+    if device.type == "cuda":
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return lambda: torch.autocast("cpu", enabled=False)
+
+
 def train_run(name, negl_prob, data_seed, args, size, device, eval_batch):
-    """One training run; returns its history and summary."""
+    """One training run; returns (per-step history, fidelity checkpoints, the trained model)."""
     torch.manual_seed(args.seed)  # the same initial weights in every run
     attn_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = VideoDiT(**size, attn_dtype=attn_dtype).to(device)
     set_negl_prob(model, negl_prob)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP_STEPS))
-    if device.type == "cuda":
-        def autocast():
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-    else:
-        def autocast():
-            return torch.autocast("cpu", enabled=False)
+    autocast = autocast_for(device)
     gen = torch.Generator().manual_seed(data_seed)
     clock = Clock(device)
     checkpoints = sorted({max(1, round(f * args.steps)) - 1 for f in args.checkpoints})
@@ -438,7 +448,41 @@ def train_run(name, negl_prob, data_seed, args, size, device, eval_batch):
             print(f"  [{name}] step {step + 1:4d} loss {row['loss']:.4f} "
                   f"eval {row['eval_loss']:.4f} step {step_ms:.0f} ms "
                   f"attn bwd {attn_bwd_ms:.0f} ms", flush=True)
-    return history, fidelity
+    return history, fidelity, model
+
+
+def timing_phase(models, negl_probs, args, size, device):
+    """Step and attention-backward times of every trained model on one fixed batch, the runs
+    interleaved (round robin, starting with a different run each round) so that a machine whose
+    load drifts -- a shared CPU -- slows all runs alike. Returns [(step ms, attn bwd ms)] medians.
+    In-training times are kept too (history.csv), but there each run meets its own load."""
+    gen = torch.Generator().manual_seed(args.seed + 2)
+    videos, t, noise = draw_batch(size["batch"], size, gen, device)
+    autocast = autocast_for(device)
+    clock = Clock(device)
+    samples = [[] for _ in models]
+    for rnd in range(TIMING_WARMUP + args.timing_rounds):
+        for i in range(len(models)):
+            j = (i + rnd) % len(models)
+            model = models[j]
+            set_negl_prob(model, negl_probs[j])
+            for attn in model.attentions():
+                attn.clock = clock
+            model.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            flow_loss(model, videos, t, noise, autocast).backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            step_ms = (time.perf_counter() - t0) * 1e3
+            attn_ms = clock.total_ms()
+            for attn in model.attentions():
+                attn.clock = None
+            if rnd >= TIMING_WARMUP:
+                samples[j].append((step_ms, attn_ms))
+    return [(statistics.median(a for a, _ in s), statistics.median(b for _, b in s))
+            for s in samples]
 
 
 @torch.no_grad()
@@ -457,8 +501,8 @@ def summarize(name, negl_prob, history, fidelity, tail):
         tail_train_loss=statistics.mean(losses),
         tail_train_loss_sem=(statistics.stdev(losses) / math.sqrt(len(losses))
                              if len(losses) > 1 else 0.0),
-        step_ms=statistics.median(r["step_ms"] for r in timed),
-        attn_bwd_ms=statistics.median(r["attn_bwd_ms"] for r in timed),
+        train_step_ms=statistics.median(r["step_ms"] for r in timed),
+        train_attn_bwd_ms=statistics.median(r["attn_bwd_ms"] for r in timed),
         grad_cosines=[f["grad_cosine"] for f in fidelity],
         qkv_grad_cosines=[f["qkv_grad_cosine"] for f in fidelity],
         sparsity=(statistics.mean(f["sparsity"] for f in fidelity) if fidelity else 0.0),
@@ -484,7 +528,8 @@ def write_outputs(out_dir, args, size, device, runs, summaries, histories, fidel
         for fl in fidelities:
             writer.writerows(fl)
     columns = ["run", "negl_prob", "final_eval_loss", "tail_train_loss", "tail_train_loss_sem",
-               "step_ms", "attn_bwd_ms", "attn_bwd_speedup", "sparsity", "dropped_mass",
+               "step_ms", "attn_bwd_ms", "attn_bwd_speedup", "train_step_ms",
+               "train_attn_bwd_ms", "sparsity", "dropped_mass",
                "grad_cosines", "qkv_grad_cosines"]
     rows = []
     for s in summaries:
@@ -528,8 +573,11 @@ def write_outputs(out_dir, args, size, device, runs, summaries, histories, fidel
             f"{r['qkv_grad_cosines'] or '-'} |")
     lines += [
         "",
-        "step ms / attn bwd ms: medians over the steps (the first "
-        f"{TIMING_SKIP} left out); attn bwd = all layers' attention backward in one step. "
+        "step ms / attn bwd ms: forward + backward of each trained model on one fixed batch, "
+        f"medians of {args.timing_rounds} rounds in which the runs take turns (so that a "
+        "drifting machine load hits all runs alike); attn bwd = all layers' attention backward "
+        "in one step. The medians measured during training, each run under its own load, are in "
+        "results.csv (train_step_ms, train_attn_bwd_ms). "
         "bwd sparsity: share of key tiles the sparse backward skipped; dropped mass: share of "
         "softmax mass in them; both averaged over layers and checkpoints. grad cosine: all "
         "parameter gradients (and those of the attention's q/k/v projections alone) of the sparse "
@@ -569,11 +617,12 @@ def plot(out_dir, args, histories, summaries):
             ema = r["loss"] if ema is None else SMOOTH * ema + (1 - SMOOTH) * r["loss"]
             smooth.append(ema)
         label = s["run"]
-        (line,) = ax_train.plot(steps, smooth, label=label)
+        style = LINE_STYLES[len(ax_train.lines) // 2 % len(LINE_STYLES)]
+        (line,) = ax_train.plot(steps, smooth, label=label, linestyle=style)
         ax_train.plot(steps, [r["loss"] for r in history], color=line.get_color(), alpha=0.15)
         evals = [(r["step"], r["eval_loss"]) for r in history if r["eval_loss"] != ""]
         ax_eval.plot([e[0] for e in evals], [e[1] for e in evals], marker="o", label=label,
-                     color=line.get_color())
+                     color=line.get_color(), linestyle=style)
         ax_time.plot(steps, [r["attn_bwd_ms"] for r in history], label=label,
                      color=line.get_color(), alpha=0.8)
     ax_train.set(title=f"training loss (EMA {SMOOTH})", xlabel="step", ylabel="flow-matching MSE",
@@ -606,6 +655,8 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=None, help="default: steps / 10")
     p.add_argument("--checkpoints", type=float, nargs="+", default=[0.1, 0.5, 1.0],
                    help="gradient-fidelity checkpoints as shares of the steps")
+    p.add_argument("--timing-rounds", type=int, default=None,
+                   help="interleaved timing rounds after training (default 20; tiny 2)")
     p.add_argument("--tail", type=float, default=0.2,
                    help="share of the last steps whose training loss is averaged")
     p.add_argument("--no-noise-run", action="store_true",
@@ -620,6 +671,7 @@ def parse_args(argv=None):
     args.size = args.size or ("large" if args.device.startswith("cuda") else "small")
     args.steps = args.steps or (400 if args.size == "large" else 150)
     args.eval_every = args.eval_every or max(1, args.steps // 10)
+    args.timing_rounds = args.timing_rounds or (2 if args.size == "tiny" else 20)
     args.out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "out",
                                         f"{args.size}-{args.device.split(':')[0]}")
     return args
@@ -644,17 +696,22 @@ def main(argv=None):
     runs += [(f"negl_prob={p:g}", p, args.seed) for p in args.negl_probs]
     if not args.no_noise_run:
         runs.append(("dense seed+1", 0.0, args.seed + 1))
-    histories, fidelities, summaries = [], [], []
+    histories, fidelities, summaries, models = [], [], [], []
     args.load_start = _load()
     start = time.perf_counter()
     for name, negl_prob, data_seed in runs:
         t0 = time.perf_counter()
-        history, fidelity = train_run(name, negl_prob, data_seed, args, size, device, eval_batch)
+        history, fidelity, model = train_run(name, negl_prob, data_seed, args, size, device,
+                                             eval_batch)
+        models.append(model)
         summaries.append(summarize(name, negl_prob, history, fidelity, args.tail))
         histories.append(history)
         fidelities.append(fidelity)
         print(f"{name}: val loss {summaries[-1]['final_eval_loss']:.4f}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
+    times = timing_phase(models, [negl_prob for _, negl_prob, _ in runs], args, size, device)
+    for summary, (step_ms, attn_bwd_ms) in zip(summaries, times):
+        summary["step_ms"], summary["attn_bwd_ms"] = step_ms, attn_bwd_ms
     table = write_outputs(args.out, args, size, device, runs, summaries, histories, fidelities,
                           time.perf_counter() - start)
     print(table)
