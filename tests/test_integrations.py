@@ -443,6 +443,10 @@ def test_diffusers_wrapper_keeps_the_inner_signature_and_attributes(dif):
     assert wrapped(None, torch.ones(2), scale_shift=3.0).sum() == 6.0
     wrapped._attention_backend = "native"  # what set_attention_backend writes
     assert wrapped.inner._attention_backend == "native"
+    copied = copy.deepcopy(wrapped)  # models are deep-copied with their processors
+    assert copied.inner is not wrapped.inner and copied.negl_prob == 0.1
+    assert copied(None, torch.ones(2), scale_shift=2.0).sum() == 4.0
+    assert "scale_shift" in inspect.signature(copied.__call__).parameters
     rewrapped = dif.BackLiteSDPAProcessor(wrapped, negl_prob=0.2)
     assert isinstance(rewrapped.inner, Inner) and rewrapped.negl_prob == 0.2
     assert isinstance(dif.BackLiteSDPAProcessor(AttnProcessor2_0()).inner, AttnProcessor2_0)

@@ -121,6 +121,11 @@ class BackLiteSDPAProcessor:
         call_with_signature.__signature__ = inspect.signature(inner.__call__)
         self.__dict__["__call__"] = call_with_signature
 
+    def __reduce__(self):
+        # copy.deepcopy / pickle rebuild the wrapper around a copy of the inner processor (the
+        # per-instance __call__ above must not be copied: it is bound to this instance)
+        return (BackLiteSDPAProcessor, (self.inner, self.negl_prob, self.fallback))
+
     def _run(self, *args, **kwargs):
         with sdpa_through_back_lite(self.negl_prob, self.fallback):
             return self.inner(*args, **kwargs)
