@@ -450,3 +450,18 @@ def test_diffusers_wrapper_keeps_the_inner_signature_and_attributes(dif):
     rewrapped = dif.BackLiteSDPAProcessor(wrapped, negl_prob=0.2)
     assert isinstance(rewrapped.inner, Inner) and rewrapped.negl_prob == 0.2
     assert isinstance(dif.BackLiteSDPAProcessor(AttnProcessor2_0()).inner, AttnProcessor2_0)
+
+
+def test_sdpa_drop_in_compiles_fullgraph():
+    q, k, v = bhsd(1, 2, 200, 64), bhsd(1, 2, 200, 64), bhsd(1, 2, 200, 64)
+
+    def attend(q, k, v):
+        return bl_sdpa.scaled_dot_product_attention(q, k, v, is_causal=True, negl_prob=0.1)
+
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    got = compiled(q, k, v)
+    want = attend(q, k, v)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    dout = torch.randn_like(want)
+    for g, w in zip(grads(got, (q, k, v), dout), grads(want, (q, k, v), dout)):
+        torch.testing.assert_close(g, w, atol=0, rtol=0)
