@@ -11,7 +11,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT" build/dev
 STEPS=${*:-build check sanitize bench sdpa}
-NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT -I include -I src -I src/cuda"
+NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT -I include -I src -I src/cuda -I dev/cuda"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 
 if has build; then

@@ -13,7 +13,7 @@
 //   dP^T = V dO^T; dS^T = P^T * (dP^T - Dlt)
 //   dK  += dS^T Q                 (registers; times scale at the end)
 //   dQ  += dS K                   (dS through shared memory; fp32 atomics into the workspace)
-// Main kernel: wgmma (bwd_wgmma_sm90.cuh); the earlier mma.sync one (bwd_mma_sm90.cuh) is kept
+// Main kernel: wgmma (bwd_wgmma_sm90.cuh); the earlier mma.sync one (dev/cuda/bwd_mma_sm90.cuh) is kept
 // for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
