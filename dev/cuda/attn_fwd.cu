@@ -446,9 +446,8 @@ int main(int argc, char **argv) {
         if (csv) fclose(csv);
         return 0;
     }
-    if (!strcmp(mode, "benchstats")) {  // the statistics probe: TMA kernel, shapes of every Tn
+    if (!strcmp(mode, "benchstats")) {  // statistics cost: TMA kernel, shapes of every Tn
         g_bench_sync_kernel = false;
-        printf("stats probe BL_FWD_STATS_PROBE=%d\n", BL_FWD_STATS_PROBE);
         bench_one(1, 16384, 16, 128, false, nullptr);
         bench_one(1, 16384, 16, 128, true, nullptr);
         bench_one(1, 32768, 24, 128, false, nullptr);

@@ -359,40 +359,9 @@ __device__ __forceinline__ void rescale_o(float (&o)[NREGS], const float (&alpha
     }
 }
 
-// Dev-only probe of where the statistics cost goes; dev/cuda/attn_fwd_probe.sh builds the checker
-// once per value, the library is always built with 0:
-//   0: row-major parking (slot, 128 rows, Tn), the validated default;
-//   1: tile-major parking (slot, Tn, 128 rows): the 16 rows a warp parks share 2 sectors instead
-//      of 16, and the epilogue reads each key tile's 64 rows with float4 loads (a candidate,
-//      checked like 0);
-//   2: no parking (timing only: W is wrong);
-//   3: no W reduction in the epilogue (timing only: W is wrong);
-//   4: per-thread parking without shuffles: every consumer thread parks the log2-masses of its
-//      own partial sums of both its rows (32 of the 128 keys each) as one unconditional float2,
-//      tile-major by thread (slot (Tn, 256 threads, 2)): no shuffle, no divergent store, two lg2
-//      per thread; 4x the workspace of 0, and the epilogue sums 256 values per W entry instead
-//      of 64 (a candidate, checked like 0);
-//   5: half-quad parking: one shuffle leaves in each thread the sum over its column pair of one
-//      row (quad_col & 1 picks it), every thread parks that one float unconditionally, tile-major
-//      by thread (slot (Tn, 256 threads)): one shuffle and one lg2, no divergent store; 2x the
-//      workspace of 0, 128 values per W entry (a candidate, checked like 0).
-#ifndef BL_FWD_STATS_PROBE
-#define BL_FWD_STATS_PROBE 0
-#endif
-// Floats each consumer thread parks per key tile (probes 4 and 5), and the floats one key tile
-// takes in a CTA's slot: kBlockM row masses (0..3) or one group per consumer thread (4, 5).
-#if BL_FWD_STATS_PROBE == 4
-constexpr int kParkPerThread = 2;
-#elif BL_FWD_STATS_PROBE == 5
-constexpr int kParkPerThread = 1;
-#endif
-#if BL_FWD_STATS_PROBE == 4 || BL_FWD_STATS_PROBE == 5
-constexpr int kParkFloatsPerKeyTile = kThreads * kParkPerThread;
-// float4 loads the W reduction keeps in flight per thread (64 registers).
-constexpr int kEpilogueVec4InFlight = 16;
-#else
+// Floats one key tile takes in a CTA's statistics slot: one parked log2-mass per row. (Other
+// parking layouts were measured and rejected: bench/notes-fwd.md, bench/results/final1-*.)
 constexpr int kParkFloatsPerKeyTile = kBlockM;
-#endif
 
 // Parks the row tile log2-mass of key tile n in the CTA's workspace slot (kBlockM rows x Tn)
 // until the row's lse is known. Two shuffles leave the quad's sum of row (quad_col & 1) in every
@@ -400,37 +369,14 @@ constexpr int kParkFloatsPerKeyTile = kBlockM;
 __device__ __forceinline__ void park_tile_logmass(float *ws, int num_ktiles, const ThreadPos &tp,
                                                   int n, const float (&rowsum)[2],
                                                   const RowState &st) {
-#if BL_FWD_STATS_PROBE == 4 || BL_FWD_STATS_PROBE == 5
-    // Tile-major by consumer thread: a warp's parks are one contiguous 128 B (5) or 256 B (4) run.
-    (void)num_ktiles;
-    const int tid = (tp.wg * kThreadsPerWarpgroup + tp.warp * 32 + tp.lane);
-    float *dst = ws + (int64_t)n * kParkFloatsPerKeyTile + tid * kParkPerThread;
-#if BL_FWD_STATS_PROBE == 4
-    // A zero partial (all 32 keys masked or underflowed) parks -inf and contributes exp2(-inf) = 0.
-    const float2 lm = make_float2(lg2_approx(rowsum[0]) + st.m_use[0], lg2_approx(rowsum[1]) + st.m_use[1]);
-    __stcg(reinterpret_cast<float2 *>(dst), lm);
-#else
-    const bool odd = tp.quad_col & 1;
-    const float mine = (odd ? rowsum[1] : rowsum[0]) +
-                       __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
-    __stcg(dst, lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]));
-#endif
-#else
     const bool odd = tp.quad_col & 1;
     float mine = odd ? rowsum[1] : rowsum[0];
     mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
     mine += __shfl_xor_sync(0xffffffffu, mine, 2);
     if (tp.quad_col < 2) {
         const float logmass = lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]);
-#if BL_FWD_STATS_PROBE == 1
-        __stcg(ws + (int64_t)n * kBlockM + tp.row + 8 * tp.quad_col, logmass);
-#elif BL_FWD_STATS_PROBE != 2
         __stcg(ws + (int64_t)(tp.row + 8 * tp.quad_col) * num_ktiles + n, logmass);
-#else
-        (void)logmass, (void)ws, (void)num_ktiles, (void)n;
-#endif
     }
-#endif
 }
 
 // Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
@@ -478,43 +424,9 @@ __device__ __forceinline__ void write_outputs(const FwdParams &p, const WorkTile
         for (int n = tp.warp * 32 + tp.lane; n < p.num_ktiles; n += kThreadsPerWarpgroup) {
             float acc = 0.f;
             if (n < w.n_end) {
-#if BL_FWD_STATS_PROBE == 1
-                const float4 *col = reinterpret_cast<const float4 *>(
-                    ws + (int64_t)n * kBlockM + tp.wg * kRowsPerWarpgroup);
-                const float4 *l4 = reinterpret_cast<const float4 *>(lse2_rows);
-                (void)ws_rows;
-#pragma unroll
-                for (int r4 = 0; r4 < kRowsPerWarpgroup / 4; ++r4) {
-                    const float4 x = __ldcg(col + r4), l = l4[r4];
-                    acc += ex2_approx(x.x - l.x) + ex2_approx(x.y - l.y) + ex2_approx(x.z - l.z) +
-                           ex2_approx(x.w - l.w);
-                }
-#elif BL_FWD_STATS_PROBE == 4 || BL_FWD_STATS_PROBE == 5
-                // The warpgroup's parks of key tile n are contiguous; every float4 holds, for one
-                // quad row q, values of rows q and q+8 in the order (q, q+8, q, q+8): probe 4 packs
-                // two threads' float2 of one quad, probe 5 the four half-quad sums of one quad.
-                const float4 *col = reinterpret_cast<const float4 *>(
-                    ws + (int64_t)n * kParkFloatsPerKeyTile + tp.wg * kThreadsPerWarpgroup * kParkPerThread);
-                constexpr int kVec4 = kThreadsPerWarpgroup * kParkPerThread / 4;
-                constexpr int kThreadsPerVec4 = 4 / kParkPerThread;
-                (void)ws_rows;
-                // Partly unrolled: a fully unrolled probe 4 (64 float4 in flight) spills.
-#pragma unroll kEpilogueVec4InFlight
-                for (int i = 0; i < kVec4; ++i) {
-                    const int t0 = i * kThreadsPerVec4;  // first thread (in the warpgroup) of col[i]
-                    const int row = (t0 / 32) * kRowsPerWarp + (t0 % 32) / 4;
-                    const float4 x = __ldcg(col + i);
-                    const float l0 = lse2_rows[row], l1 = lse2_rows[row + 8];
-                    acc += ex2_approx(x.x - l0) + ex2_approx(x.y - l1) + ex2_approx(x.z - l0) +
-                           ex2_approx(x.w - l1);
-                }
-#elif BL_FWD_STATS_PROBE != 3
 #pragma unroll
                 for (int r = 0; r < kRowsPerWarpgroup; ++r)
                     acc += ex2_approx(__ldcg(ws_rows + (int64_t)r * p.num_ktiles + n) - lse2_rows[r]);
-#else
-                (void)ws_rows, (void)lse2_rows;
-#endif
             }
             wrow[n] = acc;
         }
@@ -834,8 +746,7 @@ bl_status require_sm90_device(int *sm_count) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Stats workspace: one (kBlockM, Tn) float slot per resident CTA (one CTA per SM); probes 4 and 5
-// park kParkFloatsPerKeyTile floats per key tile instead of kBlockM.
+// Stats workspace: one (kBlockM, Tn) float slot per resident CTA (one CTA per SM).
 size_t stats_workspace_bytes(const bl_attn_desc *d, int sms) {
     return (size_t)sms * (size_t)ceil_div(d->seqlen_k, kBlockN) * kParkFloatsPerKeyTile * sizeof(float);
 }
