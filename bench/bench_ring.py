@@ -18,6 +18,31 @@ backward 2.5x), divided by P for the per-device figure.
 the same negl_prob: max |out| and |lse| differences, the fraction of computable tiles whose keep
 decision differs, the largest share of a row tile's true mass the ring's mask drops, and the
 gradient error |ring - single| against |single sparse - single dense| (relative norms).
+
+Communication, per negl_prob row (rank 0's medians, timed like the rest):
+  comm_fwd_ms / comm_bwd_ms   the ring's transfers alone: the RingExchange start/wait calls
+                              that ring_forward / ring_backward make, in their order and with
+                              the same tensor shapes and dtypes (forward: P-1 hops of k, v;
+                              backward: P-1 hops of k, v and P hops of the fp32 dk, dv
+                              accumulators, a k/v hop in flight while the dk/dv hop is waited
+                              for, as in the ring), with no attention compute between them. The
+                              same for every row: the exchanges do not depend on the mask.
+  compute_fwd_ms /            ring_forward / ring_backward with the exchange replaced by one that
+  compute_bwd_ms              hands the sent tensors straight back (no transfer): the same P
+                              steps, library calls (the visiting shard has the local shard's
+                              shape; the sparse backward gets the real mask), merges and
+                              accumulations, on local data.
+  exposed_comm_ms             (fwd_ms + bwd_ms) - (compute_fwd_ms + compute_bwd_ms): what the
+                              transfers add to the ring forward + backward, i.e. the part of
+                              them that the computation does not hide, plus the time spent
+                              waiting for a slower neighbour (the ring's steps are in lockstep;
+                              with a sparse backward the ranks keep different numbers of tiles
+                              at a step). An estimate: the difference of two medians, so it can
+                              come out slightly negative when the transfers are fully hidden.
+  comm_share                  (comm_fwd_ms + comm_bwd_ms) / (fwd_ms + bwd_ms): the transfers'
+                              time, had they nothing to overlap with, as a share of the ring time.
+The selection (select_ms) is in none of them; exposed_comm_ms / (fwd_ms + bwd_ms) is the share
+of the ring time actually lost to communication and waiting.
 """
 from __future__ import annotations
 
@@ -34,6 +59,8 @@ import torch.distributed as dist
 
 import back_lite
 from back_lite import distributed as bd
+from back_lite.distributed import ring as ring_module
+from back_lite.distributed._ring_comm import TAG_DKV, TAG_KV, RingExchange, _Pending
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_attn import video_qkv  # noqa: E402  (structured, genuinely sparse inputs)
@@ -110,6 +137,77 @@ class Timer:
                 fn()
                 times.append(1e3 * (time.perf_counter() - start))
         return statistics.median(times)
+
+
+def comm_forward(k, v):
+    """The transfers of ring_forward alone: P-1 hops of (k, v), no compute."""
+    exchange = RingExchange()
+    k_cur, v_cur = k, v
+    for _ in range(exchange.world_size - 1):
+        k_cur, v_cur = exchange.start([k_cur, v_cur], TAG_KV).wait()
+
+
+def comm_backward(k, v):
+    """The transfers of ring_backward alone, in its order: per step, start the (k, v) hop (not
+    after the last step), wait for the incoming dk/dv accumulators (not at the first step),
+    start their hop, wait for (k, v); then wait for the last dk/dv hop. The accumulators are fp32
+    tensors of the shapes of k and v."""
+    exchange = RingExchange()
+    k_cur, v_cur = k, v
+    dkv = [torch.zeros(k.shape, dtype=torch.float32, device=k.device),
+           torch.zeros(v.shape, dtype=torch.float32, device=v.device)]
+    dkv_pending = None
+    for t in range(exchange.world_size):
+        kv_pending = (exchange.start([k_cur, v_cur], TAG_KV)
+                      if t + 1 < exchange.world_size else None)
+        if dkv_pending is not None:
+            dkv = dkv_pending.wait()
+        dkv_pending = exchange.start(dkv, TAG_DKV)
+        if kv_pending is not None:
+            k_cur, v_cur = kv_pending.wait()
+    dkv_pending.wait()
+
+
+class _NoTransfer:
+    """Stands in for RingExchange: start() hands the sent tensors straight back, so the ring
+    runs its P steps on the local shard (the visiting shard's shape) with no transfer."""
+
+    def __init__(self, group=None):
+        pass
+
+    def start(self, tensors, tag):
+        return _Pending([], list(tensors), [])
+
+
+def compute_only(fn):
+    """fn() with ring.py's RingExchange replaced by _NoTransfer (restored afterwards)."""
+    def run():
+        saved = ring_module.RingExchange
+        ring_module.RingExchange = _NoTransfer
+        try:
+            return fn()
+        finally:
+            ring_module.RingExchange = saved
+    return run
+
+
+def all_reduce_max(values, device):
+    """Element-wise maximum over the ranks, as floats. Under gloo a worker thread drops its
+    reference to the tensor after wait() has returned, and needs the GIL to do so; this is
+    usually the bench's last collective, and if the interpreter is already finalizing by then
+    the thread is ended inside that destructor: std::terminate ("terminate called without an
+    active exception", SIGABRT at exit). destroy_process_group does not join those threads
+    here because the process group object outlives it (torch._dynamo, imported by the first
+    torch.library custom-op call, keeps references to it). So wait, releasing the GIL, until
+    the reference is gone."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    base = sys.getrefcount(t)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    deadline = time.monotonic() + 10.0
+    while (dist.get_backend() == "gloo" and sys.getrefcount(t) > base
+           and time.monotonic() < deadline):
+        time.sleep(1e-3)
+    return [float(x) for x in t]
 
 
 def gather(x, layout, dim=1):
@@ -207,6 +305,19 @@ def main():
                               layout=layout, exact_stats=exact).backward(dout)
 
         row["fwd_bwd_ms"] = timer(fwd_bwd, dist.group.WORLD)
+        # Communication alone, and the same ring with no transfers (module docstring); added
+        # at the end of the row so that the earlier fields keep their order.
+        comm = {"comm_fwd_ms": timer(lambda: comm_forward(k, v), dist.group.WORLD),
+                "comm_bwd_ms": timer(lambda: comm_backward(k, v), dist.group.WORLD)}
+        comm["compute_fwd_ms"] = timer(compute_only(
+            lambda: bd.ring_forward(q, k, v, causal=args.causal, layout=layout,
+                                    with_stats=sparse, exact_stats=exact)), dist.group.WORLD)
+        comm["compute_bwd_ms"] = timer(compute_only(
+            lambda: bd.ring_backward(dout, q, k, v, result.out, result.lse, mask=mask,
+                                     causal=args.causal, layout=layout)), dist.group.WORLD)
+        ring_ms = row["fwd_ms"] + row["bwd_ms"]
+        comm["exposed_comm_ms"] = ring_ms - comm["compute_fwd_ms"] - comm["compute_bwd_ms"]
+        comm["comm_share"] = (comm["comm_fwd_ms"] + comm["comm_bwd_ms"]) / ring_ms
         row["fwd_tflops_per_device"] = flops / world / (row["fwd_ms"] * 1e9)
         row["bwd_tflops_per_device_dense_equiv"] = (BWD_FLOP_RATIO * flops / world
                                                      / (row["bwd_ms"] * 1e9))
@@ -228,11 +339,9 @@ def main():
                                      causal=args.causal, layout=layout)
             row.update(check(args, full, negl_prob, layout, result, mask, grads))
         # per-rank medians differ; report rank 0's and the slowest rank's
-        slowest = torch.tensor([row["fwd_ms"], row["bwd_ms"], row["fwd_bwd_ms"]],
-                               dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        row["fwd_ms_slowest"], row["bwd_ms_slowest"], row["fwd_bwd_ms_slowest"] = (
-            float(x) for x in slowest)
+        slowest = all_reduce_max([row["fwd_ms"], row["bwd_ms"], row["fwd_bwd_ms"]], device)
+        row["fwd_ms_slowest"], row["bwd_ms_slowest"], row["fwd_bwd_ms_slowest"] = slowest
+        row.update(comm)
         if rank == 0:
             line = json.dumps(row)
             print(line, flush=True)
