@@ -123,6 +123,15 @@ def negl_prob(value, name: str = "negl_prob") -> float:
     return value
 
 
+def _on_q_device_contiguous(name: str, t: torch.Tensor, q: torch.Tensor) -> None:
+    """The tail shared by the per-tile and per-row buffers (W, mask, lse): q's device, contiguous
+    (the library takes them as plain pointers)."""
+    if t.device != q.device:
+        _fail(f"{name} is on device {t.device} but q is on {q.device}")
+    if not t.is_contiguous():
+        _fail(f"{name} must be contiguous, got strides {t.stride()}")
+
+
 def tile_buffer(name: str, t, q: torch.Tensor, k: torch.Tensor) -> None:
     """A tile-mass tensor W: (B, Hq, Tm, Tn) fp32 contiguous, on q's device."""
     tensor(name, t)
@@ -131,10 +140,7 @@ def tile_buffer(name: str, t, q: torch.Tensor, k: torch.Tensor) -> None:
         _fail(f"{name} has shape {_shape(t)}, expected (B, Hq, Tm, Tn) = {expected}")
     if t.dtype != torch.float32:
         _fail(f"{name} has dtype {t.dtype}, expected torch.float32")
-    if t.device != q.device:
-        _fail(f"{name} is on device {t.device} but q is on {q.device}")
-    if not t.is_contiguous():
-        _fail(f"{name} must be contiguous, got strides {t.stride()}")
+    _on_q_device_contiguous(name, t, q)
 
 
 def mask(t, q: torch.Tensor, k: torch.Tensor) -> None:
@@ -145,10 +151,7 @@ def mask(t, q: torch.Tensor, k: torch.Tensor) -> None:
     expected = (q.shape[0], q.shape[2]) + tuple(ops.num_tiles(q.device, q.shape[1], k.shape[1]))
     if _shape(t) != expected:
         _fail(f"mask has shape {_shape(t)}, expected (B, Hq, Tm, Tn) = {expected}")
-    if t.device != q.device:
-        _fail(f"mask is on device {t.device} but q is on {q.device}")
-    if not t.is_contiguous():
-        _fail(f"mask must be contiguous, got strides {t.stride()}")
+    _on_q_device_contiguous("mask", t, q)
 
 
 def like(name: str, t, ref: torch.Tensor, ref_name: str) -> None:
@@ -171,7 +174,4 @@ def lse(t, q: torch.Tensor, name: str = "lse") -> None:
         _fail(f"{name} has shape {_shape(t)}, expected (B, Hq, Sq) = {expected}")
     if t.dtype != torch.float32:
         _fail(f"{name} has dtype {t.dtype}, expected torch.float32")
-    if t.device != q.device:
-        _fail(f"{name} is on device {t.device} but q is on {q.device}")
-    if not t.is_contiguous():
-        _fail(f"{name} must be contiguous, got strides {t.stride()}")
+    _on_q_device_contiguous(name, t, q)
