@@ -40,7 +40,7 @@ if has build64; then
   nvcc -gencode=arch=compute_90a,code=sm_90a -o build/dev64/attn_bwd build/dev64/*.o || exit 1
   echo "==== build64: ptxas (main kernels)"
   grep -A3 -E "Compiling entry function .*bwd_wgmma" build/dev64/attn_bwd_sm90.log | grep -E "entry|registers|spill"
-  cuobjdump --dump-sass build/dev64/attn_bwd_sm90.o | awk '/Function :/{f=($0 ~ /wgmma64/)} f && /HGMMA/{n++} f && /RED/{r++} END{print "wg64v2 SASS: HGMMA " n ", RED " r}'
+  cuobjdump --dump-sass build/dev64/attn_bwd_sm90.o | awk '/Function :/{f=$3} /HGMMA/{h[f]++} /RED/{r[f]++} /STL|LDL/{l[f]++} END{for (k in h) if (k ~ /wgmma64/) print k ": HGMMA " h[k] ", RED " r[k]+0 ", local " l[k]+0}'
 fi
 if has check64; then
   echo "==== check64"; timeout 60 ./build/dev64/attn_bwd check64 2>&1; echo "check64 rc=$?"

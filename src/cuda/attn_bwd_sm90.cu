@@ -39,6 +39,7 @@
 #ifdef BL_BWD_D64_V2
 #include "bwd_variant64.h"
 #include "bwd_wgmma64_sm90.cuh"
+#include "bwd_wgmma64p_sm90.cuh"
 #endif
 
 namespace bl_bwd {
@@ -66,6 +67,14 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
     }
 #endif
 #ifdef BL_BWD_D64_V2
+    if (D == 64 && g_variant == BL_BWD_VARIANT_WGMMA64_PAIR) {
+        const size_t smem = wg64p_smem::BYTES;
+        BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma64p_kernel<T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        bwd_wgmma64p_kernel<T><<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
+        BL_CUDA_CHECK_LAUNCH("bwd_wgmma64p_kernel");
+        return BL_OK;
+    }
     if (D == 64 && (g_variant == BL_BWD_VARIANT_WGMMA64 ||
                     g_variant == BL_BWD_VARIANT_WGMMA64_DEFER)) {
         const size_t smem = wg_smem<64>::BYTES;

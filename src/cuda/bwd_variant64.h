@@ -5,3 +5,4 @@
 #pragma once
 #define BL_BWD_VARIANT_WGMMA64 2        // dq reductions right after each tile's dQ^T
 #define BL_BWD_VARIANT_WGMMA64_DEFER 3  // dq reductions deferred behind the next tile's products
+#define BL_BWD_VARIANT_WGMMA64_PAIR 4   // version 3: two list entries per iteration (bwd_wgmma64p_sm90.cuh)

@@ -1,0 +1,399 @@
+// bwd_wgmma64p_sm90.cuh -- backward main kernel for head dim 64, version 3 ("paired"): two list
+// entries (128 query rows) per iteration.
+//
+// Why: version 2 (bwd_wgmma64_sm90.cuh) spends ~5700 cycles per 64 x 128 tile against ~1300
+// cycles of tensor work (2026-11-29 bench, 215 TFLOP/s at 1 x 16384 x 16): per entry it runs a
+// fixed chain of waits (S -> exp -> dV, dP -> dS -> dK, two CTA barriers, dQ -> reductions) whose
+// latency, not its throughput, sets the time. FlashAttention-2 runs its D = 64 backward on 128
+// query rows per step. Here each iteration takes the next two entries of the key tile's list
+// (any two: different heads or row tiles are fine), so every wait and barrier is paid once per
+// 128 rows and the S / dP products are m64n128 instead of m64n64.
+//
+// Per iteration (warpgroup wg owns keys 64wg..64wg+63 for S^T, dP^T, dV, dK; entry wg of the pair
+// for dQ):
+//   S^T  (64 keys x 128 queries) = K Q^T      SS m64n128k16, Q of both entries as one 128-row panel
+//   dP^T (64 x 128)              = V dO^T     SS m64n128k16
+//   dV  (64 keys x 64 d)        += P^T dO     RS m64n64k16, 8 steps over the 128 queries
+//   dK  (64 keys x 64 d)        += dS^T Q     RS, 8 steps
+//   dS^T goes to shared memory with stmatrix.trans (rows = queries, keys contiguous)
+//   dQ  (64 queries x 64 d)      = dS K       SS m64n64k16 over all 128 keys; entry wg's rows
+//   dq: float4 fp32 reductions, each dq element once per key tile (as version 2)
+// An odd list leaves the second slot of the last pair empty: its Q / dO rows are zero-filled and
+// its lse is +inf, so its P and dS are exactly 0, and its dq is not reduced.
+#pragma once
+#include "bwd_wgmma_sm90.cuh"
+
+namespace bl_bwd {
+
+constexpr int PAIR_ROWS = 2 * BM;  // query rows per iteration: 128
+
+// d[64] += A(smem, K-major) * B(smem, K-major); m64n128k16.
+#define BL_WGMMA_SS_N128(TY)                                                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " BL_REGS64       \
+                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                            \
+                 : BL_ACC64(d)                                                                \
+                 : "l"(da), "l"(db), "r"(1))
+template <typename T>
+static __device__ __forceinline__ void bl_wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db);
+template <>
+__device__ __forceinline__ void bl_wgmma_ss_n128<__nv_bfloat16>(float (&d)[64], uint64_t da,
+                                                                uint64_t db) {
+    BL_WGMMA_SS_N128("bf16");
+}
+template <>
+__device__ __forceinline__ void bl_wgmma_ss_n128<__half>(float (&d)[64], uint64_t da,
+                                                         uint64_t db) {
+    BL_WGMMA_SS_N128("f16");
+}
+
+// Four 8x8 16-bit matrices, each stored transposed: register r[q] holds the m16n8k16 fragment of
+// matrix q (lane l: row l/4, columns 2(l%4), +1); lane l gives the address of stored row l%8 of
+// matrix l/8, which receives column l%8 of the fragment.
+static __device__ __forceinline__ void bl_stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+// Byte offsets from the kernel's 1024-aligned shared-memory base.
+struct wg64p_smem {
+    static constexpr uint32_t PANEL = PAIR_ROWS * PANEL_ROW_BYTES;  // 128 rows x 64 columns
+    static constexpr uint32_t K = 0;                   // BN x 64
+    static constexpr uint32_t V = K + PANEL;           // BN x 64
+    static constexpr uint32_t Q = V + PANEL;           // 2 buffers of 128 rows (entry 0, entry 1)
+    static constexpr uint32_t DO = Q + 2 * PANEL;      // 2 buffers of 128 rows
+    static constexpr uint32_t DS = DO + 2 * PANEL;     // dS: 2 key panels of 128 query rows
+    static constexpr uint32_t ROWS = DS + 2 * PANEL;   // fp32 lse_log2[2][128], dlt[2][128]
+    static constexpr uint32_t USED = ROWS + 4 * PAIR_ROWS * sizeof(float);
+    static constexpr uint32_t BASE_ALIGN = 1024;
+    static constexpr size_t BYTES = USED + BASE_ALIGN;
+    static_assert(BN == PAIR_ROWS, "K / V and a pair of Q tiles share the panel size");
+    static_assert(Q % 1024 == 0 && DO % 1024 == 0 && DS % 1024 == 0 && PANEL % 1024 == 0,
+                  "panels must start on 1024-byte boundaries");
+};
+
+// One list entry, decoded: q head, first row, and whether it exists (the empty second slot).
+struct wg64p_entry {
+    int64_t h, row0;
+    bool live;
+};
+__device__ __forceinline__ wg64p_entry wg64p_decode(const bwd_params &p, int64_t g, int e) {
+    wg64p_entry x;
+    x.live = e >= 0;
+    const int ee = x.live ? e : 0;
+    x.h = g * p.dm.group + ee / p.dm.tiles_m;
+    x.row0 = (int64_t)(ee % p.dm.tiles_m) * BM;
+    return x;
+}
+
+// cp.async of a pair into buffer `buf`: entry s's Q and dO rows at rows 64s.. of the 128-row
+// panels (zero past Sq and for an empty slot) and its padded lse_log2 / Dlt (+inf / 0 when empty).
+template <typename T>
+__device__ __forceinline__ void wg64p_load_pair(const bwd_params &p, uint32_t s0, float *s_rows,
+                                                int buf, int64_t b, const wg64p_entry (&e)[2]) {
+    using L = wg64p_smem;
+    constexpr int ROW_CHUNKS = 64 / CHUNK;
+    constexpr int STEPS = PAIR_ROWS * ROW_CHUNKS / THREADS;  // 4: rows tid/8 + 32 * step
+    static_assert(PAIR_ROWS * ROW_CHUNKS % THREADS == 0 && THREADS % ROW_CHUNKS == 0,
+                  "each thread copies whole steps of 32 rows");
+    const T *q = static_cast<const T *>(p.q);
+    const T *dout = static_cast<const T *>(p.dout);
+    const uint32_t sq = s0 + L::Q + buf * L::PANEL;
+    const uint32_t sdo = s0 + L::DO + buf * L::PANEL;
+    const int ch = threadIdx.x % ROW_CHUNKS;
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+        const int slot = step / (STEPS / 2);  // steps 0, 1: entry 0; steps 2, 3: entry 1
+        const int r = threadIdx.x / ROW_CHUNKS + step * (THREADS / ROW_CHUNKS);  // panel row
+        const int64_t i = e[slot].row0 + (r - slot * BM);
+        const bool valid = e[slot].live && i < p.dm.seqlen_q;
+        const int64_t ii = valid ? i : 0;
+        const int64_t h = e[slot].h;
+        const uint32_t off = panel_offset<PAIR_ROWS>(r, ch);
+        bl_cp_async16(sq + off, q + b * p.q_sb + ii * p.q_ss + h * p.q_sh + ch * CHUNK, valid);
+        bl_cp_async16(sdo + off, dout + b * p.do_sb + ii * p.do_ss + h * p.do_sh + ch * CHUNK,
+                      valid);
+    }
+    constexpr int ROW_VEC = BM / 4;  // 16-byte vectors of fp32 per entry and array
+    if (threadIdx.x < 4 * ROW_VEC) {
+        const int which = threadIdx.x / (2 * ROW_VEC);  // 0: lse_log2, 1: Dlt
+        const int slot = (threadIdx.x / ROW_VEC) & 1, c = threadIdx.x % ROW_VEC;
+        const wg64p_entry es = slot ? e[1] : e[0];
+        float *dst = s_rows + (which * 2 + buf) * PAIR_ROWS + slot * BM + 4 * c;
+        if (es.live) {
+            const float *src = (which == 0 ? p.lse_log2 : p.dlt) +
+                               (b * p.dm.heads_q + es.h) * p.dm.seqlen_q_pad + es.row0 + 4 * c;
+            bl_cp_async16(bl_smem_addr(dst), src, true);
+        } else {
+            const float fill = which == 0 ? INFINITY : 0.0f;
+            *reinterpret_cast<float4 *>(dst) = make_float4(fill, fill, fill, fill);
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_params p) {
+    constexpr int D = 64;
+    using L = wg64p_smem;
+    constexpr int ROW_CHUNKS = D / CHUNK;
+    constexpr int NQ = PAIR_ROWS / 8;  // n8 tiles of queries (S^T, dP^T): 16
+    constexpr int NQ_ENTRY = BM / 8;   // of them per entry: 8
+    constexpr int ND = D / 8;          // n8 tiles of head dim (dK, dV, dQ): 8
+    constexpr int KSTEPS_D = D / 16;
+    constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
+    constexpr int KSTEPS_K = BN / 16;         // dQ steps over the keys: 8
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
+        ~(uintptr_t)(L::BASE_ALIGN - 1));
+    const uint32_t s0 = bl_smem_addr(smem_base);
+    float *s_rows = reinterpret_cast<float *>(smem_base + L::ROWS);
+
+    const bl_bwd_dims &dm = p.dm;
+    const int64_t col = p.schedule[blockIdx.x];
+    const int64_t n = col % dm.tiles_n;
+    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
+    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int count = p.counts[col];
+    const int pairs = (count + 1) / 2;
+    const int *list = p.lists + col * (dm.group * dm.tiles_m);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wg = warp >> 2;                 // warpgroup: keys 64wg..64wg+63; dQ of entry wg
+    const int lg = lane >> 2, lt = lane & 3;  // accumulator row group / thread in group
+    const int64_t key0 = n * BN;
+    const int kw = warp * KEYS_PER_WARP;      // this warp's first key (its 16 accumulator rows)
+
+    float dk_acc[ND * 4], dv_acc[ND * 4];
+#pragma unroll
+    for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
+
+    // List entries of the next pair (entry index -1: none).
+    int nxt0 = -1, nxt1 = -1;
+    if (count > 0) {
+        const T *kp = static_cast<const T *>(p.k);
+        const T *vp = static_cast<const T *>(p.v);
+        for (int c = threadIdx.x; c < BN * ROW_CHUNKS; c += THREADS) {
+            const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
+            const int64_t j = key0 + r;
+            const bool valid = j < dm.seqlen_k;
+            const int64_t jj = valid ? j : 0;
+            const uint32_t off = panel_offset<BN>(r, ch);
+            bl_cp_async16(s0 + L::K + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK,
+                          valid);
+            bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
+                          valid);
+        }
+        const wg64p_entry first[2] = {wg64p_decode(p, g, list[0]),
+                                      wg64p_decode(p, g, count > 1 ? list[1] : -1)};
+        wg64p_load_pair<T>(p, s0, s_rows, 0, b, first);
+        nxt0 = count > 2 ? list[2] : -1;
+        nxt1 = count > 3 ? list[3] : -1;
+    }
+    bl_cp_async_commit();
+
+    const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
+    const int64_t key_room = dm.seqlen_k - key0;
+    const int key_limit = key_room < BN ? (int)key_room : BN;
+
+    for (int it = 0; it < pairs; ++it) {
+        const int buf = it & 1;
+        // This pair's entries (decoded again: cheaper than keeping them live across the loop).
+        const wg64p_entry cur[2] = {wg64p_decode(p, g, list[2 * it]),
+                                    wg64p_decode(p, g, 2 * it + 1 < count ? list[2 * it + 1] : -1)};
+        bl_cp_async_wait<0>();
+        bl_fence_proxy_async();  // cp.async wrote what wgmma reads next
+        // This pair has landed for every thread and every warp is done with iteration it-1:
+        // buffer buf^1 and the dS tile are free.
+        __syncthreads();
+        if (it + 1 < pairs) {
+            const wg64p_entry next[2] = {wg64p_decode(p, g, nxt0), wg64p_decode(p, g, nxt1)};
+            wg64p_load_pair<T>(p, s0, s_rows, buf ^ 1, b, next);
+            bl_cp_async_commit();
+            nxt0 = 2 * it + 4 < count ? list[2 * it + 4] : -1;
+            nxt1 = 2 * it + 5 < count ? list[2 * it + 5] : -1;
+        }
+
+        const uint32_t sQ = s0 + L::Q + buf * L::PANEL;
+        const uint32_t sdO = s0 + L::DO + buf * L::PANEL;
+        const float *lse2 = s_rows + buf * PAIR_ROWS;
+        const float *dlt = s_rows + (2 + buf) * PAIR_ROWS;
+
+        // ---- S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x 128 queries) ----
+        float s[NQ * 4], ds[NQ * 4];
+#pragma unroll
+        for (int x = 0; x < NQ * 4; ++x) s[x] = ds[x] = 0.0f;
+        bl_reg_fence(s);  // the zeros must be in the registers before the fence
+        bl_reg_fence(ds);
+        bl_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS_D; ++kk)
+            bl_wgmma_ss_n128<T>(
+                s,
+                bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
+                              16, BL_WGMMA_GROUP_BYTES),
+                bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS_D; ++kk)
+            bl_wgmma_ss_n128<T>(
+                ds,
+                bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
+                              16, BL_WGMMA_GROUP_BYTES),
+                bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
+        bl_reg_fence(s);
+
+        // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
+        // Per entry: does the tile need masking, and the causal reach (key - query <= limit).
+        bool need_mask[2];
+        int causal_limit[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            need_mask[e] = key0 + BN > dm.seqlen_k ||
+                           (p.causal && key0 + BN - 1 > cur[e].row0 + diag);
+            int64_t room = cur[e].row0 + diag - key0;
+            room = room > 2 * BN ? 2 * BN : room;
+            room = room < -2 * BN ? -2 * BN : room;
+            causal_limit[e] = p.causal ? (int)room : 2 * BN;
+        }
+#pragma unroll
+        for (int t = 0; t < NQ; ++t) {
+            const int e = t / NQ_ENTRY;  // which entry these 8 queries belong to
+            const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+            s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
+            s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
+            s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
+            s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
+            if (need_mask[e]) {
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const int jr = kw + lg + ((x >> 1) << 3);                  // key - key0
+                    const int ir = 8 * (t % NQ_ENTRY) + 2 * lt + (x & 1);  // query - row0
+                    if (jr >= key_limit || jr - ir > causal_limit[e]) s[4 * t + x] = 0.0f;
+                }
+            }
+        }
+
+        // ---- dS^T = P^T * (dP^T - Dlt), then both A operands packed ----
+        // Unlike version 2, dV waits for dP^T: P^T and dS^T are packed together and dV and dK
+        // issue back to back, so the fp32 P^T and dS^T die before the products run (version 2's
+        // order needs ~255 registers at 128 queries and spills).
+        bl_wgmma_wait<0>();  // dP^T is done
+        bl_reg_fence(ds);
+#pragma unroll
+        for (int t = 0; t < NQ; ++t) {
+            const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+            ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
+            ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
+            ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
+            ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
+        }
+        uint32_t pa[KSTEPS_Q][4], dsa[KSTEPS_Q][4];
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS_Q; ++ks)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                pa[ks][x] = bl_pack2<T>(s[8 * ks + 2 * x], s[8 * ks + 2 * x + 1]);
+                dsa[ks][x] = bl_pack2<T>(ds[8 * ks + 2 * x], ds[8 * ks + 2 * x + 1]);
+            }
+
+        // ---- dV += P^T dO and dK += dS^T Q (A from registers), dS to shared memory ----
+        bl_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS_Q; ++ks)
+            bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                              bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::PANEL,
+                                            BL_WGMMA_GROUP_BYTES));
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS_Q; ++ks)
+            bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
+                              bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::PANEL,
+                                            BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        {
+            // dS (query i, key j) at key panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8). The
+            // fragment dsa[ks][q] holds keys kw%64 + 8(q&1) + 0..7 x queries 16ks + 8(q>>1) +
+            // 0..7; stored transposed, its row r is query 16ks + 8(q>>1) + r. Lane l addresses
+            // row l%8 of matrix l/8.
+            const int q = lane >> 3, r = lane & 7;
+            const int chunk = 2 * (warp & 3) + (q & 1);
+            const uint32_t base = s0 + L::DS + wg * L::PANEL +
+                                  (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
+                                  (uint32_t)((chunk ^ r) << 4);
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks)
+                bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+        }
+        bl_fence_proxy_async();  // the dS stores are read by wgmma next
+        __syncthreads();         // every warp's dS is in shared memory
+
+        // ---- dQ (entry wg: 64 queries x 64 d) = dS K over all 128 keys; fp32 reductions ----
+        float dq[ND * 4];
+#pragma unroll
+        for (int x = 0; x < ND * 4; ++x) dq[x] = 0.0f;
+        bl_reg_fence(dq);
+        bl_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS_K; ++ks)
+            bl_wgmma_ss_n64<T, 1>(
+                dq,
+                // A = dS: entry wg's 64 query rows, K-major over keys (key panel ks/4)
+                bl_wgmma_desc(s0 + L::DS + (ks / 4) * L::PANEL + wg * BM * PANEL_ROW_BYTES +
+                                  (ks % 4) * K16_BYTES_KMAJOR,
+                              16, BL_WGMMA_GROUP_BYTES),
+                // B = K: 16 keys per step, MN-major (d contiguous), one panel
+                bl_wgmma_desc(s0 + L::K + ks * K16_BYTES_MNMAJOR, L::PANEL, BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        bl_wgmma_wait<0>();  // dV, dK and dQ are done
+        bl_reg_fence(dq);
+        bl_reg_fence(pa);
+        bl_reg_fence(dsa);
+        const wg64p_entry mine = wg ? cur[1] : cur[0];  // (no runtime index: no local memory)
+        if (mine.live) {
+            // Rows 16*(warp%4) + lg (+8) of the entry; columns 8t + 2lt (+1). Lane pairs (lt,
+            // lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
+            // row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
+            const bool odd = lt & 1;
+            const int64_t i = mine.row0 + 16 * (warp & 3) + lg + (odd ? 8 : 0);
+            float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + mine.h) * D +
+                         2 * (lt & ~1);
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
+                const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
+                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+                const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
+                                     : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
+                if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
+            }
+        }
+    }
+    bl_reg_fence(dk_acc);
+    bl_reg_fence(dv_acc);
+
+    // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
+    T *dk = static_cast<T *>(p.dk);
+    T *dv = static_cast<T *>(p.dv);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t j = key0 + kw + lg + 8 * half;
+        if (j < dm.seqlen_k) {
+            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
+            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
+                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
+                                dk_acc[4 * t + 2 * half + 1] * p.scale);
+                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
+                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+            }
+        }
+    }
+}
+
+}  // namespace bl_bwd
