@@ -13,9 +13,8 @@
 //        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu \
 //        src/select.c src/error.c
 // Run: ./attn_bwd check | ./attn_bwd small | ./attn_bwd bench
-// Head dim 64, version 2 (bwd_wgmma64_sm90.cuh): add -DBL_BWD_D64_V2 to every nvcc line (the
-// mma.sync flag may then be left out); `check` then also runs the v2 kernel on every D = 64
-// case, and `check64` / `bench64` check and time the shipped D = 64 kernel against v2.
+// Head dim 64: `check` and `check64` run the shipped kernel (version 3, bwd_wgmma64p_sm90.cuh)
+// and version 1 (bwd_wgmma_sm90.cuh at D = 64) on every D = 64 case; `bench64` times both.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +28,6 @@
 #include "backend.h"
 #include "bwd_workspace.h"
 #include "bwd_common.cuh"  // bl_bwd_set_variant
-#ifdef BL_BWD_D64_V2
-#include "bwd_variant64.h"  // BL_BWD_VARIANT_WGMMA64
-#endif
 extern "C" {
 #include "cpu_select.h"  // the CPU selection rule, C linkage
 }
@@ -339,12 +335,8 @@ static bl_tensor dev_tensor(HostT &t, void *data) {
 }
 
 static const char *variant_name(int variant) {
-#ifdef BL_BWD_D64_V2
-    if (variant == BL_BWD_VARIANT_WGMMA64) return "wg64v2";
-    if (variant == BL_BWD_VARIANT_WGMMA64_DEFER) return "wg64v2d";
-    if (variant == BL_BWD_VARIANT_WGMMA64_PAIR) return "wg64v3p";
-#endif
-    return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";
+    if (variant == BL_BWD_VARIANT_WGMMA64_V1) return "wg64v1";
+    return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
 // Runs one case; returns 1 on pass.
@@ -377,18 +369,13 @@ static int run_case(const Case &c) {
     else cpu_backward(c, q, k, v, out, dout, lse, mask, scale, rdq, rdk, rdv);
 
     int all_ok = 1;
-    // The main kernels this build carries: the shipped wgmma one always; the mma.sync one and
-    // the D = 64 version 2 when compiled in.
+    // The main kernels this build carries: the shipped wgmma ones always; version 1 at D = 64;
+    // the mma.sync one when compiled in.
     std::vector<int> variants = {BL_BWD_VARIANT_WGMMA};
 #ifdef BL_BWD_WITH_MMA_VARIANT
     variants.push_back(BL_BWD_VARIANT_MMA);
 #endif
-#ifdef BL_BWD_D64_V2
-    if (c.D == 64) {
-        variants.push_back(BL_BWD_VARIANT_WGMMA64);
-        variants.push_back(BL_BWD_VARIANT_WGMMA64_PAIR);
-    }
-#endif
+    if (c.D == 64) variants.push_back(BL_BWD_VARIANT_WGMMA64_V1);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -566,9 +553,7 @@ static double time_bwd(const bl_attn_desc &desc, bl_tensor q, bl_tensor k, bl_te
 
 static const char *g_vname = "wgmma";
 static int g_full_sweep = 1;  // 0: dense only
-#ifdef BL_BWD_D64_V2
 static double g_dense_tflops = 0;  // the last bench_shape's dense rate, for bench64's table
-#endif
 static void bench_shape(int B, int S, int H, int D, int causal) {
     const bl_dtype dt = BL_DTYPE_BF16;
     const float scale = 1.0f / sqrtf((float)D);
@@ -607,9 +592,7 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
                             t[6], t[7], reps);
     printf("bench %-5s B%d S%d H%d D%d %s dense        : %8.3f ms  %6.1f TFLOP/s\n", g_vname, B, S,
            H, D, causal ? "causal" : "full  ", dense, flops / dense * 1e-9);
-#ifdef BL_BWD_D64_V2
     g_dense_tflops = flops / dense * 1e-9;
-#endif
     if (!g_full_sweep) {
         for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
         cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);
@@ -691,39 +674,34 @@ int main(int argc, char **argv) {
         bench_shape(4, 4096, 16, 64, 0);
         return 0;
     }
-#ifdef BL_BWD_D64_V2
-    if (!strcmp(what, "bench64")) {  // D = 64: version 1 (wgmma) vs 2 (shipped) vs 3 (paired)
+    if (!strcmp(what, "bench64")) {  // D = 64: version 1 vs the shipped version 3, dense
         struct { int B, S, H, causal; } shapes[] = {
             {4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
-        const int vids[3] = {BL_BWD_VARIANT_WGMMA, BL_BWD_VARIANT_WGMMA64,
-                             BL_BWD_VARIANT_WGMMA64_PAIR};
-        double rate[4][3];
+        const int vids[2] = {BL_BWD_VARIANT_WGMMA64_V1, BL_BWD_VARIANT_WGMMA};
+        double rate[4][2];
         g_full_sweep = 0;
         for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
             for (int x = 0; x < 4; ++x)
-                for (int v = 0; v < 3; ++v) {
+                for (int v = 0; v < 2; ++v) {
                     g_vname = variant_name(vids[v]);
                     bl_bwd_set_variant(vids[v]);
                     bench_shape(shapes[x].B, shapes[x].S, shapes[x].H, 64, shapes[x].causal);
                     rate[x][v] = r ? std::max(rate[x][v], g_dense_tflops) : g_dense_tflops;
                 }
-        // Sparse ratios of versions 2 and 3 (fixed costs against their own dense time).
+        // Sparse ratios of the shipped kernel (fixed costs against its own dense time).
         g_full_sweep = 1;
-        for (int v = 1; v < 3; ++v) {
-            g_vname = variant_name(vids[v]);
-            bl_bwd_set_variant(vids[v]);
-            bench_shape(4, 4096, 16, 64, 0);
-        }
+        g_vname = variant_name(BL_BWD_VARIANT_WGMMA);
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+        bench_shape(4, 4096, 16, 64, 0);
         printf("\nD=64 dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n");
-        printf("| shape | wgmma (v1) | wg64v2 (shipped) | wg64v3p (paired) | v2 / v1 | "
-               "v3p / v2 |\n| --- | --- | --- | --- | --- | --- |\n");
+        printf("| shape | wg64v1 | wgmma (shipped: v3, paired) | v3 / v1 |\n"
+               "| --- | --- | --- | --- |\n");
         for (int x = 0; x < 4; ++x)
-            printf("| B%d S%d H%d D64 %s | %.1f | %.1f | %.1f | %.3f | %.3f |\n", shapes[x].B,
-                   shapes[x].S, shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0],
-                   rate[x][1], rate[x][2], rate[x][1] / rate[x][0], rate[x][2] / rate[x][1]);
+            printf("| B%d S%d H%d D64 %s | %.1f | %.1f | %.3f |\n", shapes[x].B, shapes[x].S,
+                   shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0], rate[x][1],
+                   rate[x][1] / rate[x][0]);
         return 0;
     }
-#endif
     const bl_dtype BF = BL_DTYPE_BF16, FP = BL_DTYPE_F16;
     std::vector<Case> cases;
     if (!strcmp(what, "check64")) {  // head dim 64 only: every kernel this build carries

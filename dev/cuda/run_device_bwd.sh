@@ -3,9 +3,10 @@
 # reference, compute-sanitizer (memcheck, racecheck) on small shapes, time BackLite and the SDPA
 # peers. Logs go to $OUT (bwd-*.txt). Usage (repo root): bash dev/cuda/run_device_bwd.sh [steps]
 # steps: any of build check sanitize bench ncu sdpa (default: all but ncu).
-# Head dim 64, version 2 (bwd_wgmma64_sm90.cuh, -DBL_BWD_D64_V2): steps build64 check64 sanitize64
-# bench64 sdpa64 build build/dev64 without the mma.sync kernel, check the shipped wgmma kernel and
-# v2 on D = 64 cases, time both, time SDPA at the same shapes; they print to stdout only:
+# Head dim 64 (shipped: version 3, bwd_wgmma64p_sm90.cuh; version 1 = bwd_wgmma_sm90.cuh at
+# D = 64 for comparison): steps build64 check64 sanitize64 bench64 sdpa64 build build/dev64 without
+# the mma.sync kernel, check both kernels on D = 64 cases, time them, time SDPA at the same
+# shapes; they print to stdout only:
 #   bash dev/cuda/run_device_bwd.sh build64 check64 sanitize64 bench64 sdpa64 > "$OUT/bwd64.txt" 2>&1
 set -u
 OUT=${OUT:-out}
@@ -29,7 +30,7 @@ if has build; then
 fi
 if has build64; then
   mkdir -p build/dev64
-  F64="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_D64_V2 -I include -I src -I src/cuda"
+  F64="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -I include -I src -I src/cuda"
   pids=()
   for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
     nvcc $F64 -Xptxas=-v,--warn-on-spills -c "$f" -o "build/dev64/$(basename "$f" .cu).o" > "build/dev64/$(basename "$f" .cu).log" 2>&1 &

@@ -13,17 +13,12 @@
 //   dP^T = V dO^T; dS^T = P^T * (dP^T - Dlt)
 //   dK  += dS^T Q                 (registers; times scale at the end)
 //   dQ  += dS K                   (dS through shared memory; fp32 atomics into the workspace)
-// Main kernel: wgmma (bwd_wgmma_sm90.cuh); the earlier mma.sync one (dev/cuda/bwd_mma_sm90.cuh) is kept
-// for the dev checker.
+// Main kernels: wgmma; head dim 128 bwd_wgmma_sm90.cuh, head dim 64 bwd_wgmma64p_sm90.cuh (the
+// same steps on two list entries at a time). The earlier mma.sync kernel
+// (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-// Head dim 64 runs version 2 by default: on the H200 (2026-11-29, dev/cuda/run_device_bwd.sh
-// check64 sanitize64 bench64) it passed every check and ran 215 against 190 TFLOP/s at
-// (1, 16384, 16, 64). -DBL_BWD_D64_V1 builds the previous kernel for D = 64 instead.
-#if !defined(BL_BWD_D64_V1) && !defined(BL_BWD_D64_V2)
-#define BL_BWD_D64_V2 1
-#endif
 #include "backend.h"
 #include "cuda_check.cuh"
 #include "bwd_common.cuh"
@@ -34,25 +29,13 @@
 #include "bwd_mma_sm90.cuh"
 #endif
 #include "bwd_wgmma_sm90.cuh"
-// Head dim 64, version 2 (dQ^T split by queries: half the dq reductions), only with
-// -DBL_BWD_D64_V2; there it is the default for D = 64 and D = 128 keeps the kernel above.
-#ifdef BL_BWD_D64_V2
-#include "bwd_variant64.h"
-#include "bwd_wgmma64_sm90.cuh"
+// Head dim 64: version 3, two list entries per iteration (see its header for the measurements).
 #include "bwd_wgmma64p_sm90.cuh"
-#endif
 
 namespace bl_bwd {
 
-#if defined(BL_BWD_WITH_MMA_VARIANT) || defined(BL_BWD_D64_V2)
-#define BL_BWD_HAS_VARIANTS 1
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
-#ifdef BL_BWD_D64_V2
-static int g_variant = BL_BWD_VARIANT_WGMMA64;
-#else
 static int g_variant = BL_BWD_VARIANT_WGMMA;
-#endif
-#endif
 
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
@@ -66,8 +49,7 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
         return BL_OK;
     }
 #endif
-#ifdef BL_BWD_D64_V2
-    if (D == 64 && g_variant == BL_BWD_VARIANT_WGMMA64_PAIR) {
+    if (D == 64 && g_variant != BL_BWD_VARIANT_WGMMA64_V1) {
         const size_t smem = wg64p_smem::BYTES;
         BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma64p_kernel<T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -75,18 +57,6 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
         BL_CUDA_CHECK_LAUNCH("bwd_wgmma64p_kernel");
         return BL_OK;
     }
-    if (D == 64 && (g_variant == BL_BWD_VARIANT_WGMMA64 ||
-                    g_variant == BL_BWD_VARIANT_WGMMA64_DEFER)) {
-        const size_t smem = wg_smem<64>::BYTES;
-        auto kernel = g_variant == BL_BWD_VARIANT_WGMMA64_DEFER ? bwd_wgmma64_kernel<T, true>
-                                                               : bwd_wgmma64_kernel<T, false>;
-        BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem));
-        kernel<<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
-        BL_CUDA_CHECK_LAUNCH("bwd_wgmma64_kernel");
-        return BL_OK;
-    }
-#endif
     const size_t smem = wg_smem<D>::BYTES;
     BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -111,13 +81,7 @@ bl_status check_vec_aligned(const char *name, bl_tensor t) {
 
 using namespace bl_bwd;
 
-void bl_bwd_set_variant(int variant) {
-#ifdef BL_BWD_HAS_VARIANTS
-    g_variant = variant;
-#else
-    (void)variant;  // one kernel in library builds
-#endif
-}
+void bl_bwd_set_variant(int variant) { g_variant = variant; }
 
 extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_tensor k,
                                       bl_tensor v, bl_tensor out, bl_tensor dout,

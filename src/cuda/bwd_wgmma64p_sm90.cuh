@@ -1,7 +1,8 @@
 // bwd_wgmma64p_sm90.cuh -- backward main kernel for head dim 64, version 3 ("paired"): two list
 // entries (128 query rows) per iteration.
 //
-// Why: version 2 (bwd_wgmma64_sm90.cuh) spends ~5700 cycles per 64 x 128 tile against ~1300
+// Why: version 2 (one entry per iteration, dQ^T split by queries; removed, see git history and
+// bench/notes-bwd.md) spends ~5700 cycles per 64 x 128 tile against ~1300
 // cycles of tensor work (2026-11-29 bench, 215 TFLOP/s at 1 x 16384 x 16): per entry it runs a
 // fixed chain of waits (S -> exp -> dV, dP -> dS -> dK, two CTA barriers, dQ -> reductions) whose
 // latency, not its throughput, sets the time. FlashAttention-2 runs its D = 64 backward on 128
@@ -18,6 +19,8 @@
 //   dS^T goes to shared memory with stmatrix.trans (rows = queries, keys contiguous)
 //   dQ  (64 queries x 64 d)      = dS K       SS m64n64k16 over all 128 keys; entry wg's rows
 //   dq: float4 fp32 reductions, each dq element once per key tile (as version 2)
+// Measured on the H200 (bench/results/bwd64-v3p.txt): 277 against version 2's 215 TFLOP/s at
+// (1, 16384, 16, 64), +28-29 % on every D = 64 shape; FlashAttention-2 in the same run: 278.
 // An odd list leaves the second slot of the last pair empty: its Q / dO rows are zero-filled and
 // its lse is +inf, so its P and dS are exactly 0, and its dq is not reduced.
 #pragma once
