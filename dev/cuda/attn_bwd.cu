@@ -336,6 +336,7 @@ static bl_tensor dev_tensor(HostT &t, void *data) {
 
 static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_WGMMA64_V1) return "wg64v1";
+    if (variant == BL_BWD_VARIANT_WGMMA128_V3B) return "wg128v3b";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -375,7 +376,7 @@ static int run_case(const Case &c) {
 #ifdef BL_BWD_WITH_MMA_VARIANT
     variants.push_back(BL_BWD_VARIANT_MMA);
 #endif
-    if (c.D == 64) variants.push_back(BL_BWD_VARIANT_WGMMA64_V1);
+    variants.push_back(c.D == 64 ? BL_BWD_VARIANT_WGMMA64_V1 : BL_BWD_VARIANT_WGMMA128_V3B);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -672,6 +673,32 @@ int main(int argc, char **argv) {
         bench_shape(1, 16384, 16, 128, 1);
         bench_shape(1, 32768, 24, 128, 0);
         bench_shape(4, 4096, 16, 64, 0);
+        return 0;
+    }
+    if (!strcmp(what, "bench128")) {  // D = 128: version 3b vs the shipped version 4, dense
+        struct { int B, S, H, causal; } shapes[] = {
+            {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 24, 0}, {1, 32768, 24, 1}};
+        const int vids[2] = {BL_BWD_VARIANT_WGMMA128_V3B, BL_BWD_VARIANT_WGMMA};
+        double rate[4][2];
+        g_full_sweep = 0;
+        for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
+            for (int x = 0; x < 4; ++x)
+                for (int v = 0; v < 2; ++v) {
+                    g_vname = variant_name(vids[v]);
+                    bl_bwd_set_variant(vids[v]);
+                    bench_shape(shapes[x].B, shapes[x].S, shapes[x].H, 128, shapes[x].causal);
+                    rate[x][v] = r ? std::max(rate[x][v], g_dense_tflops) : g_dense_tflops;
+                }
+        g_full_sweep = 1;  // sparse ratios of the shipped kernel
+        g_vname = variant_name(BL_BWD_VARIANT_WGMMA);
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+        bench_shape(1, 16384, 16, 128, 1);
+        printf("\nD=128 dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n");
+        printf("| shape | wg128v3b | wgmma (shipped: v4) | v4 / v3b |\n| --- | --- | --- | --- |\n");
+        for (int x = 0; x < 4; ++x)
+            printf("| B%d S%d H%d D128 %s | %.1f | %.1f | %.3f |\n", shapes[x].B, shapes[x].S,
+                   shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0], rate[x][1],
+                   rate[x][1] / rate[x][0]);
         return 0;
     }
     if (!strcmp(what, "bench64")) {  // D = 64: version 1 vs the shipped version 3, dense

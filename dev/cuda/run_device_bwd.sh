@@ -2,7 +2,7 @@
 # One device call for the backward: build the checker, check correctness against the float64 CPU
 # reference, compute-sanitizer (memcheck, racecheck) on small shapes, time BackLite and the SDPA
 # peers. Logs go to $OUT (bwd-*.txt). Usage (repo root): bash dev/cuda/run_device_bwd.sh [steps]
-# steps: any of build check sanitize bench ncu sdpa (default: all but ncu).
+# steps: any of build check sanitize bench bench128 ncu sdpa (default: all but ncu and bench128).
 # Head dim 64 (shipped: version 3, bwd_wgmma64p_sm90.cuh; version 1 = bwd_wgmma_sm90.cuh at
 # D = 64 for comparison): steps build64 check64 sanitize64 bench64 sdpa64 build build/dev64 without
 # the mma.sync kernel, check both kernels on D = 64 cases, time them, time SDPA at the same
@@ -42,6 +42,9 @@ if has build64; then
   echo "==== build64: ptxas (main kernels)"
   grep -A3 -E "Compiling entry function .*bwd_wgmma" build/dev64/attn_bwd_sm90.log | grep -E "entry|registers|spill"
   cuobjdump --dump-sass build/dev64/attn_bwd_sm90.o | awk '/Function :/{f=$3} /HGMMA/{h[f]++} /RED/{r[f]++} /STL|LDL/{l[f]++} END{for (k in h) if (k ~ /wgmma64/) print k ": HGMMA " h[k] ", RED " r[k]+0 ", local " l[k]+0}'
+fi
+if has bench128; then
+  echo "==== bench128"; timeout 90 ./build/dev/attn_bwd bench128 2>&1; echo "bench128 rc=$?"
 fi
 if has check64; then
   echo "==== check64"; timeout 60 ./build/dev64/attn_bwd check64 2>&1; echo "check64 rc=$?"

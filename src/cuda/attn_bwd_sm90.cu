@@ -57,10 +57,14 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
         BL_CUDA_CHECK_LAUNCH("bwd_wgmma64p_kernel");
         return BL_OK;
     }
+    // Version 3b at D = 64 (WGMMA64_V1) and on request at D = 128; version 4 otherwise.
+    auto kernel = bwd_wgmma_kernel<T, D, false>;
+    if constexpr (D == 128)
+        if (g_variant != BL_BWD_VARIANT_WGMMA128_V3B) kernel = bwd_wgmma_kernel<T, D, true>;
     const size_t smem = wg_smem<D>::BYTES;
-    BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma_kernel<T, D>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    bwd_wgmma_kernel<T, D><<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
+    BL_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
     BL_CUDA_CHECK_LAUNCH("bwd_wgmma_kernel");
     return BL_OK;
 }

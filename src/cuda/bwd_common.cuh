@@ -60,6 +60,14 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.
 //   WGMMA: the shipped kernels (head dim 64: bwd_wgmma64p_sm90.cuh; 128: bwd_wgmma_sm90.cuh).
 //   MMA: the mma.sync kernel, only in builds with -DBL_BWD_WITH_MMA_VARIANT (else WGMMA runs).
-//   WGMMA64_V1: bwd_wgmma_sm90.cuh at head dim 64 too (one list entry per iteration).
-enum { BL_BWD_VARIANT_WGMMA = 0, BL_BWD_VARIANT_MMA = 1, BL_BWD_VARIANT_WGMMA64_V1 = 2 };
+//   WGMMA64_V1: bwd_wgmma_sm90.cuh (version 3b) at head dim 64 too (one list entry per
+//     iteration).
+//   WGMMA128_V3B: bwd_wgmma_sm90.cuh at head dim 128 as version 3b (dK waits for dV; 16-bit dS
+//     stores) instead of version 4.
+enum {
+    BL_BWD_VARIANT_WGMMA = 0,
+    BL_BWD_VARIANT_MMA = 1,
+    BL_BWD_VARIANT_WGMMA64_V1 = 2,
+    BL_BWD_VARIANT_WGMMA128_V3B = 3
+};
 void bl_bwd_set_variant(int variant);

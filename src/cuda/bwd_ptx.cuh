@@ -64,6 +64,16 @@ __device__ __forceinline__ void bl_mma16816<__half>(float (&c)[4], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8x8 16-bit matrices, each stored transposed: register r[q] holds the m16n8k16 fragment of
+// matrix q (lane l: row l/4, columns 2(l%4), +1); lane l gives the address of stored row l%8 of
+// matrix l/8, which receives column l%8 of the fragment.
+static __device__ __forceinline__ void bl_stmatrix_x4_trans(uint32_t addr,
+                                                            const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Two floats -> one register of two 16-bit values, `lo` in the low half (the lower column).
 template <typename T>
 static __device__ __forceinline__ uint32_t bl_pack2(float lo, float hi);

@@ -50,16 +50,6 @@ __device__ __forceinline__ void bl_wgmma_ss_n128<__half>(float (&d)[64], uint64_
     BL_WGMMA_SS_N128("f16");
 }
 
-// Four 8x8 16-bit matrices, each stored transposed: register r[q] holds the m16n8k16 fragment of
-// matrix q (lane l: row l/4, columns 2(l%4), +1); lane l gives the address of stored row l%8 of
-// matrix l/8, which receives column l%8 of the fragment.
-static __device__ __forceinline__ void bl_stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                     addr),
-                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                 : "memory");
-}
-
 // Byte offsets from the kernel's 1024-aligned shared-memory base.
 struct wg64p_smem {
     static constexpr uint32_t PANEL = PAIR_ROWS * PANEL_ROW_BYTES;  // 128 rows x 64 columns

@@ -87,7 +87,10 @@ __device__ __forceinline__ void wg_load_row_tile(const bwd_params &p, uint32_t s
     }
 }
 
-template <typename T, int D>
+// FUSED_DKV (version 4): dK issues right after dS without waiting for dV (P^T's packed registers
+// stay live until the tile's last wait), and dS goes to shared memory with stmatrix.trans (4
+// per thread) instead of 32 16-bit stores. false: version 3b, as measured in bench/notes-bwd.md.
+template <typename T, int D, bool FUSED_DKV>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params p) {
     using L = wg_smem<D>;
     constexpr int ROW_CHUNKS = D / CHUNK;
@@ -259,8 +262,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
             dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
             dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
         }
-        bl_wgmma_wait<0>();  // dV is done: P's registers may be reused
-        bl_reg_fence(pa);
+        if (!FUSED_DKV) {
+            bl_wgmma_wait<0>();  // dV is done: P's registers may be reused
+            bl_reg_fence(pa);
+        }
 
         // ---- dK += dS^T Q (registers), and dS to shared memory for dQ ----
         bl_wgmma_fence();
@@ -269,7 +274,20 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
             bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
                               bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
-        {
+        if (FUSED_DKV) {
+            // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8). Fragment
+            // dsa[ks][q] holds keys kw%64 + 8(q&1) + 0..7 x queries 16ks + 8(q>>1) + 0..7; stored
+            // transposed, its row r is query 16ks + 8(q>>1) + r. Lane l addresses row l%8 of
+            // matrix l/8.
+            const int q = lane >> 3, r = lane & 7;
+            const int chunk = 2 * (warp & 3) + (q & 1);
+            const uint32_t base = s0 + L::DS + wg * QPANEL +
+                                  (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
+                                  (uint32_t)((chunk ^ r) << 4);
+#pragma unroll
+            for (int ks = 0; ks < BM / 16; ++ks)
+                bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+        } else {
             // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8), lane j%8.
             // This thread's keys: kw + lg (+8); queries 8t + 2lt (+1).
             const int jj = (kw % WG_KEYS) + lg;
@@ -316,9 +334,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
                                   BL_WGMMA_GROUP_BYTES));
         }
         bl_wgmma_commit();
-        bl_wgmma_wait<0>();  // dK and dQ are done
+        bl_wgmma_wait<0>();  // dK and dQ (and with FUSED_DKV dV) are done
         bl_reg_fence(dq);
         bl_reg_fence(dsa);
+        if (FUSED_DKV) bl_reg_fence(pa);
         {
             // Rows 16*(warp%4) + lg (+8) of the 64-row tile; columns dh + 8t + 2lt (+1).
             const int qb = 16 * (warp & 3);
