@@ -451,6 +451,9 @@ int main(int argc, char **argv) {
         bench_one(1, 16384, 16, 128, false, nullptr);
         bench_one(1, 16384, 16, 128, true, nullptr);
         bench_one(1, 32768, 24, 128, false, nullptr);
+        bench_one(1, 32768, 24, 128, true, nullptr);
+        bench_one(1, 16384, 16, 64, false, nullptr);
+        bench_one(1, 16384, 16, 64, true, nullptr);
         bench_one(4, 4096, 16, 64, false, nullptr);
         bench_one(4, 4096, 16, 64, true, nullptr);
         return 0;
