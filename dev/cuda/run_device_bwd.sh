@@ -2,7 +2,8 @@
 # One device call for the backward: build the checker, check correctness against the float64 CPU
 # reference, compute-sanitizer (memcheck, racecheck) on small shapes, time BackLite and the SDPA
 # peers. Logs go to $OUT (bwd-*.txt). Usage (repo root): bash dev/cuda/run_device_bwd.sh [steps]
-# steps: any of build check sanitize bench bench128 ncu sdpa (default: all but ncu and bench128).
+# steps: any of build check sanitize bench bench128 ncu ncu64 sdpa (default: all but ncu, ncu64
+# and bench128).
 # Head dim 64 (shipped: version 3, bwd_wgmma64p_sm90.cuh; version 1 = bwd_wgmma_sm90.cuh at
 # D = 64 for comparison): steps build64 check64 sanitize64 bench64 sdpa64 build build/dev64 without
 # the mma.sync kernel, check both kernels on D = 64 cases, time them, time SDPA at the same
@@ -92,6 +93,15 @@ if has ncu; then
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     ./build/dev/attn_bwd one > "$OUT/bwd-ncu.txt" 2>&1; echo "ncu rc=$?"
   grep -E "Duration|Throughput|Pipe|Issue|Stall|stall|Warp Cycles|Registers|Shared Memory|Bank|Achieved|Eligible|L2 Hit|Mem Busy|Max Bandwidth" "$OUT/bwd-ncu.txt" | head -60
+fi
+if has ncu64; then
+  # One launch of the shipped D = 64 kernel (dense, S=8192, H=16): stall reasons and the SASS
+  # lines where warps wait most.
+  timeout 150 ncu --clock-control none -k regex:bwd_wgmma64p_kernel -s 2 -c 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section SourceCounters \
+    ./build/dev/attn_bwd one64 > "$OUT/bwd-ncu64.txt" 2>&1; echo "ncu64 rc=$?"
+  grep -E "Duration|Throughput|Pipe|Issue|Stall|stall|Warp Cycles|Eligible|L2 Hit|Mem Busy" "$OUT/bwd-ncu64.txt" | head -40
 fi
 if has sdpa; then
   timeout 90 python3 dev/cuda/sdpa_bwd_ref.py 2>&1 | grep -v Warning | tee "$OUT/bwd-sdpa.txt"
