@@ -67,17 +67,17 @@ struct wg64p_smem {
                   "panels must start on 1024-byte boundaries");
 };
 
-// One list entry, decoded: q head, first row, and whether it exists (the empty second slot).
+// One list entry, decoded: q head and first row (32-bit: both are far below 2^31), h < 0 for
+// the empty second slot of an odd list.
 struct wg64p_entry {
-    int64_t h, row0;
-    bool live;
+    int h, row0;
+    __device__ bool live() const { return h >= 0; }
 };
-__device__ __forceinline__ wg64p_entry wg64p_decode(const bwd_params &p, int64_t g, int e) {
+__device__ __forceinline__ wg64p_entry wg64p_decode(const bwd_params &p, int g, int e) {
+    const int tiles_m = (int)p.dm.tiles_m;
     wg64p_entry x;
-    x.live = e >= 0;
-    const int ee = x.live ? e : 0;
-    x.h = g * p.dm.group + ee / p.dm.tiles_m;
-    x.row0 = (int64_t)(ee % p.dm.tiles_m) * BM;
+    x.h = e >= 0 ? g * (int)p.dm.group + e / tiles_m : -1;
+    x.row0 = e >= 0 ? (e % tiles_m) * BM : 0;
     return x;
 }
 
@@ -101,9 +101,9 @@ __device__ __forceinline__ void wg64p_load_pair(const bwd_params &p, uint32_t s0
         const int slot = step / (STEPS / 2);  // steps 0, 1: entry 0; steps 2, 3: entry 1
         const int r = threadIdx.x / ROW_CHUNKS + step * (THREADS / ROW_CHUNKS);  // panel row
         const int64_t i = e[slot].row0 + (r - slot * BM);
-        const bool valid = e[slot].live && i < p.dm.seqlen_q;
+        const bool valid = e[slot].live() && i < p.dm.seqlen_q;
         const int64_t ii = valid ? i : 0;
-        const int64_t h = e[slot].h;
+        const int64_t h = valid ? e[slot].h : 0;
         const uint32_t off = panel_offset<PAIR_ROWS>(r, ch);
         bl_cp_async16(sq + off, q + b * p.q_sb + ii * p.q_ss + h * p.q_sh + ch * CHUNK, valid);
         bl_cp_async16(sdo + off, dout + b * p.do_sb + ii * p.do_ss + h * p.do_sh + ch * CHUNK,
@@ -115,7 +115,7 @@ __device__ __forceinline__ void wg64p_load_pair(const bwd_params &p, uint32_t s0
         const int slot = (threadIdx.x / ROW_VEC) & 1, c = threadIdx.x % ROW_VEC;
         const wg64p_entry es = slot ? e[1] : e[0];
         float *dst = s_rows + (which * 2 + buf) * PAIR_ROWS + slot * BM + 4 * c;
-        if (es.live) {
+        if (es.live()) {
             const float *src = (which == 0 ? p.lse_log2 : p.dlt) +
                                (b * p.dm.heads_q + es.h) * p.dm.seqlen_q_pad + es.row0 + 4 * c;
             bl_cp_async16(bl_smem_addr(dst), src, true);
@@ -162,7 +162,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
 #pragma unroll
     for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
 
-    // List entries of the next pair (entry index -1: none).
+    // This iteration's pair, decoded, and the list entries of the next one (-1: none).
+    wg64p_entry cur[2] = {{-1, 0}, {-1, 0}};
     int nxt0 = -1, nxt1 = -1;
     if (count > 0) {
         const T *kp = static_cast<const T *>(p.k);
@@ -178,9 +179,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
             bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
                           valid);
         }
-        const wg64p_entry first[2] = {wg64p_decode(p, g, list[0]),
-                                      wg64p_decode(p, g, count > 1 ? list[1] : -1)};
-        wg64p_load_pair<T>(p, s0, s_rows, 0, b, first);
+        cur[0] = wg64p_decode(p, (int)g, list[0]);
+        cur[1] = wg64p_decode(p, (int)g, count > 1 ? list[1] : -1);
+        wg64p_load_pair<T>(p, s0, s_rows, 0, b, cur);
         nxt0 = count > 2 ? list[2] : -1;
         nxt1 = count > 3 ? list[3] : -1;
     }
@@ -192,21 +193,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
 
     for (int it = 0; it < pairs; ++it) {
         const int buf = it & 1;
-        // This pair's entries (decoded again: cheaper than keeping them live across the loop).
-        const wg64p_entry cur[2] = {wg64p_decode(p, g, list[2 * it]),
-                                    wg64p_decode(p, g, 2 * it + 1 < count ? list[2 * it + 1] : -1)};
         bl_cp_async_wait<0>();
         bl_fence_proxy_async();  // cp.async wrote what wgmma reads next
         // This pair has landed for every thread and every warp is done with iteration it-1:
         // buffer buf^1 and the dS tile are free.
         __syncthreads();
-        if (it + 1 < pairs) {
-            const wg64p_entry next[2] = {wg64p_decode(p, g, nxt0), wg64p_decode(p, g, nxt1)};
-            wg64p_load_pair<T>(p, s0, s_rows, buf ^ 1, b, next);
-            bl_cp_async_commit();
-            nxt0 = 2 * it + 4 < count ? list[2 * it + 4] : -1;
-            nxt1 = 2 * it + 5 < count ? list[2 * it + 5] : -1;
-        }
 
         const uint32_t sQ = s0 + L::Q + buf * L::PANEL;
         const uint32_t sdO = s0 + L::DO + buf * L::PANEL;
@@ -236,6 +227,17 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
                               16, BL_WGMMA_GROUP_BYTES),
                 bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
+        // The next pair's loads (decode, ~100 instructions of address math per thread) go out
+        // while the tensor cores run S^T and dP^T, not in front of them.
+        wg64p_entry next[2] = {cur[0], cur[1]};
+        if (it + 1 < pairs) {
+            next[0] = wg64p_decode(p, (int)g, nxt0);
+            next[1] = wg64p_decode(p, (int)g, nxt1);
+            wg64p_load_pair<T>(p, s0, s_rows, buf ^ 1, b, next);
+            bl_cp_async_commit();
+            nxt0 = 2 * it + 4 < count ? list[2 * it + 4] : -1;
+            nxt1 = 2 * it + 5 < count ? list[2 * it + 5] : -1;
+        }
         bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
         bl_reg_fence(s);
 
@@ -345,7 +347,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
         bl_reg_fence(pa);
         bl_reg_fence(dsa);
         const wg64p_entry mine = wg ? cur[1] : cur[0];  // (no runtime index: no local memory)
-        if (mine.live) {
+        if (mine.live()) {
             // Rows 16*(warp%4) + lg (+8) of the entry; columns 8t + 2lt (+1). Lane pairs (lt,
             // lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
             // row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
@@ -364,6 +366,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
                 if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
             }
         }
+        cur[0] = next[0];
+        cur[1] = next[1];
     }
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);

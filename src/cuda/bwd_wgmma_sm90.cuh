@@ -20,6 +20,7 @@
 // Shared memory holds every tile as 128-byte swizzled panels (bwd_ptx.cuh).
 #pragma once
 #include "bwd_kernel_common.cuh"
+#include <type_traits>
 #include "bwd_ptx.cuh"
 
 namespace bl_bwd {
@@ -87,9 +88,10 @@ __device__ __forceinline__ void wg_load_row_tile(const bwd_params &p, uint32_t s
     }
 }
 
-// FUSED_DKV (version 4): dK issues right after dS without waiting for dV (P^T's packed registers
-// stay live until the tile's last wait), and dS goes to shared memory with stmatrix.trans (4
-// per thread) instead of 32 16-bit stores. false: version 3b, as measured in bench/notes-bwd.md.
+// FUSED_DKV (version 4): the next entry's loads go out after this entry's S^T / dP^T issue; dK
+// issues right after dS without waiting for dV (P^T's packed registers stay live until the
+// tile's last wait); dS goes to shared memory with stmatrix.trans (4 per thread) instead of 32
+// 16-bit stores. false: version 3b, as measured in bench/notes-bwd.md.
 template <typename T, int D, bool FUSED_DKV>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params p) {
     using L = wg_smem<D>;
@@ -148,18 +150,24 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
     // dS as the K-major A operand of dQ: element (query i, key j) of the BM x BN tile.
     unsigned char *sds = smem_base + L::DS;
 
+    // Version 4 decodes list entries (hl * Tm + m < 2^31) in 32 bits; version 3b as measured.
+    using entry_t = typename std::conditional<FUSED_DKV, int, int64_t>::type;
+    const entry_t tiles_m = (entry_t)dm.tiles_m;
     for (int it = 0; it < count; ++it) {
         const int buf = it & 1;
-        const int64_t hl = e_cur / dm.tiles_m, m = e_cur % dm.tiles_m;
+        const entry_t hl = e_cur / tiles_m, m = e_cur % tiles_m;
         const int64_t h = g * dm.group + hl;
         bl_cp_async_wait<0>();
         bl_fence_proxy_async();  // cp.async wrote what wgmma reads next
         // This tile has landed for every thread and every warp is done with iteration it-1:
         // Q / dO buffer buf^1 and the dS tile are free.
         __syncthreads();
-        if (it + 1 < count) {
-            wg_load_row_tile<T, D>(p, s0, s_rows, buf ^ 1, b, g * dm.group + e_next / dm.tiles_m,
-                                   e_next % dm.tiles_m);
+        // The next entry's loads into buffer buf^1 (~100 instructions of address math): version
+        // 4 issues them after this tile's S^T / dP^T products, in their shadow.
+        const int e_load = e_next;
+        if (!FUSED_DKV && it + 1 < count) {
+            wg_load_row_tile<T, D>(p, s0, s_rows, buf ^ 1, b, g * dm.group + e_load / tiles_m,
+                                   e_load % tiles_m);
             bl_cp_async_commit();
         }
         e_cur = e_next;
@@ -196,6 +204,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
                 bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
         }
         bl_wgmma_commit();
+        if (FUSED_DKV && it + 1 < count) {
+            wg_load_row_tile<T, D>(p, s0, s_rows, buf ^ 1, b, g * dm.group + e_load / tiles_m,
+                                   e_load % tiles_m);
+            bl_cp_async_commit();
+        }
         bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
         bl_reg_fence(s);
 
