@@ -10,7 +10,11 @@ same density; the bytes of saved statistics.
     python bench/bench_attn.py --quick                              # one small shape
 
 TFLOP/s by the FlashAttention convention: forward 4*B*Hq*Sq*Sk*D (half for causal), backward 2.5x.
-Timing: CUDA events around each call after warm-up, median of `--reps` runs.
+Timing: CUDA events around each call after warm-up, median of `--reps` runs. The dense
+comparisons (BackLite forward with and without statistics, backward; each SDPA backend's forward
+and backward) run interleaved: `--rounds` rounds, every contender once per round, and each figure is
+the median of its round medians, so that a GPU clock drifting during the run moves every contender
+alike instead of whichever happened to run in the slow stretch.
 """
 from __future__ import annotations
 
@@ -87,8 +91,20 @@ def random_qkv(batch, seqlen, heads, head_dim, dtype, device):
             for _ in range(3)]
 
 
-def sdpa_times(q, k, v, causal, reps):
-    """(fwd_ms, bwd_ms) for each SDPA backend that runs on this input; (B, S, H, D) -> (B, H, S, D)."""
+def interleaved_medians(fns: dict, reps: int, rounds: int, timer=None) -> dict:
+    """{name: ms}: `rounds` rounds over all of `fns` (name -> zero-argument callable), each a
+    median of `reps` timed runs; the result is the median of each name's round medians."""
+    timer = timer or time_ms
+    per_round = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            per_round[name].append(timer(fn, reps))
+    return {name: statistics.median(ms) for name, ms in per_round.items()}
+
+
+def sdpa_callables(q, k, v, causal):
+    """{backend name: (fwd, bwd)} zero-argument callables for each SDPA backend that runs on this
+    input ((B, S, H, D) -> SDPA's (B, H, S, D)); the backward replays one forward's graph."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     res = {}
     qt, kt, vt = (z.transpose(1, 2).detach().requires_grad_() for z in (q, k, v))
@@ -98,10 +114,15 @@ def sdpa_times(q, k, v, causal, reps):
             with sdpa_kernel(backend):
                 out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                 dout = torch.randn_like(out)
-                fwd = time_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
-                              reps)
-                bwd = time_ms(lambda: torch.autograd.grad(out, (qt, kt, vt), dout,
-                                                          retain_graph=True), reps)
+                torch.autograd.grad(out, (qt, kt, vt), dout, retain_graph=True)
+
+            def fwd(backend=backend):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+            def bwd(out=out, dout=dout):
+                return torch.autograd.grad(out, (qt, kt, vt), dout, retain_graph=True)
+
             res[name] = (fwd, bwd)
         except Exception as exc:  # a backend that does not support this shape/dtype
             print(f"  {name}: not run ({type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
@@ -143,7 +164,7 @@ def random_tile_mask(b, h, tm, tn, keep, device, seed=0):
     return (scores >= thresh).to(device)
 
 
-def bench_shape(shape, dtype, causal, reps, with_flex):
+def bench_shape(shape, dtype, causal, reps, rounds, with_flex):
     b, s, h, d = shape
     dev = torch.device("cuda")
     rows = {"shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "causal": causal}
@@ -151,19 +172,26 @@ def bench_shape(shape, dtype, causal, reps, with_flex):
     q, k, v = random_qkv(b, s, h, d, dtype, dev)
     dout = torch.randn_like(q)
 
-    # dense forward, with and without statistics
-    f_plain = time_ms(lambda: blf.forward(q, k, v, causal=causal), reps)
-    f_stats = time_ms(lambda: blf.forward(q, k, v, causal=causal, with_stats=True), reps)
+    # dense forward (with and without statistics) and backward, SDPA peers interleaved
     out, lse, w = blf.forward(q, k, v, causal=causal, with_stats=True)
-    b_dense = time_ms(lambda: blf.backward(dout, q, k, v, out, lse, causal=causal), reps)
+    fns = {"bl_fwd": lambda: blf.forward(q, k, v, causal=causal),
+           "bl_fwd_stats": lambda: blf.forward(q, k, v, causal=causal, with_stats=True),
+           "bl_bwd": lambda: blf.backward(dout, q, k, v, out, lse, causal=causal)}
+    peers = sdpa_callables(q, k, v, causal)
+    for name, (fwd, bwd) in peers.items():
+        fns[name + "_fwd"], fns[name + "_bwd"] = fwd, bwd
+    ms = interleaved_medians(fns, reps, rounds)
+    f_plain, f_stats, b_dense = ms["bl_fwd"], ms["bl_fwd_stats"], ms["bl_bwd"]
     rows["backlite"] = {"fwd_ms": f_plain, "fwd_stats_ms": f_stats, "bwd_ms": b_dense,
                         "fwd_tflops": fl / f_plain / 1e9, "bwd_tflops": 2.5 * fl / b_dense / 1e9,
                         "stats_overhead": f_stats / f_plain}
     rows["stats_bytes"] = w.numel() * 4
     rows["per_row_stats_bytes"] = b * h * s * w.shape[-1] * 4  # the seed design's (B,H,Sq,Tn) fp32
-    for name, (fw, bw) in sdpa_times(q, k, v, causal, reps).items():
+    for name in peers:
+        fw, bw = ms[name + "_fwd"], ms[name + "_bwd"]
         rows[name] = {"fwd_ms": fw, "bwd_ms": bw, "fwd_tflops": fl / fw / 1e9,
                       "bwd_tflops": 2.5 * fl / bw / 1e9}
+    del peers, fns
 
     # sparse backward from random explicit masks: time against kept fraction
     tm, tn = w.shape[-2:]
@@ -223,6 +251,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one small shape, few repetitions")
     ap.add_argument("--reps", type=int, default=None, help="timed runs per measurement (median)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="interleaved rounds of the dense comparison (median of round medians)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     ap.add_argument("--causal", default="both", choices=["no", "yes", "both"])
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compile is slow)")
@@ -242,18 +272,20 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     shapes = SHAPES_QUICK if args.quick else SHAPES_FULL
     reps = args.reps or (5 if args.quick else 15)
+    rounds = args.rounds or (2 if args.quick else 3)
     causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "back_lite": back_lite.version, "library": back_lite.library_path,
-            "command": " ".join(["python"] + sys.argv), "dtype": args.dtype, "reps": reps}
+            "command": " ".join(["python"] + sys.argv), "dtype": args.dtype, "reps": reps,
+            "rounds": rounds}
     results = []
     for shape in shapes:
         for causal in causals:
             print(f"shape {shape} causal={causal} ...", file=sys.stderr, flush=True)
             # FlexAttention only on the first shape: its compile takes tens of seconds per shape
             with_flex = not args.no_flex and shape == shapes[0]
-            results.append(bench_shape(shape, dtype, causal, reps, with_flex))
+            results.append(bench_shape(shape, dtype, causal, reps, rounds, with_flex))
             if args.out:  # after every shape, so a run cut short still leaves its results
                 with open(args.out, "w") as f:
                     json.dump({"meta": meta, "results": results}, f, indent=1)
