@@ -675,10 +675,17 @@ int main(int argc, char **argv) {
         bench_shape(4, 4096, 16, 64, 0);
         return 0;
     }
-    if (!strcmp(what, "bench128")) {  // D = 128: version 3b vs the shipped version 4, dense
-        struct { int B, S, H, causal; } shapes[] = {
-            {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 24, 0}, {1, 32768, 24, 1}};
-        const int vids[2] = {BL_BWD_VARIANT_WGMMA128_V3B, BL_BWD_VARIANT_WGMMA};
+    if (!strcmp(what, "bench128") || !strcmp(what, "bench64")) {
+        // The earlier version of the head dim's kernel against the shipped one, dense, in
+        // alternating rounds; then the shipped one's sparse ratios on one shape.
+        const bool d128 = !strcmp(what, "bench128");
+        const int D = d128 ? 128 : 64;
+        struct Shape { int B, S, H, causal; };
+        const Shape s128[4] = {{1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 24, 0}, {1, 32768, 24, 1}};
+        const Shape s64[4] = {{4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
+        const Shape *shapes = d128 ? s128 : s64;
+        const int vids[2] = {d128 ? BL_BWD_VARIANT_WGMMA128_V3B : BL_BWD_VARIANT_WGMMA64_V1,
+                             BL_BWD_VARIANT_WGMMA};
         double rate[4][2];
         g_full_sweep = 0;
         for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
@@ -686,46 +693,22 @@ int main(int argc, char **argv) {
                 for (int v = 0; v < 2; ++v) {
                     g_vname = variant_name(vids[v]);
                     bl_bwd_set_variant(vids[v]);
-                    bench_shape(shapes[x].B, shapes[x].S, shapes[x].H, 128, shapes[x].causal);
+                    bench_shape(shapes[x].B, shapes[x].S, shapes[x].H, D, shapes[x].causal);
                     rate[x][v] = r ? std::max(rate[x][v], g_dense_tflops) : g_dense_tflops;
                 }
-        g_full_sweep = 1;  // sparse ratios of the shipped kernel
-        g_vname = variant_name(BL_BWD_VARIANT_WGMMA);
-        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
-        bench_shape(1, 16384, 16, 128, 1);
-        printf("\nD=128 dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n");
-        printf("| shape | wg128v3b | wgmma (shipped: v4) | v4 / v3b |\n| --- | --- | --- | --- |\n");
-        for (int x = 0; x < 4; ++x)
-            printf("| B%d S%d H%d D128 %s | %.1f | %.1f | %.3f |\n", shapes[x].B, shapes[x].S,
-                   shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0], rate[x][1],
-                   rate[x][1] / rate[x][0]);
-        return 0;
-    }
-    if (!strcmp(what, "bench64")) {  // D = 64: version 1 vs the shipped version 3, dense
-        struct { int B, S, H, causal; } shapes[] = {
-            {4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
-        const int vids[2] = {BL_BWD_VARIANT_WGMMA64_V1, BL_BWD_VARIANT_WGMMA};
-        double rate[4][2];
-        g_full_sweep = 0;
-        for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
-            for (int x = 0; x < 4; ++x)
-                for (int v = 0; v < 2; ++v) {
-                    g_vname = variant_name(vids[v]);
-                    bl_bwd_set_variant(vids[v]);
-                    bench_shape(shapes[x].B, shapes[x].S, shapes[x].H, 64, shapes[x].causal);
-                    rate[x][v] = r ? std::max(rate[x][v], g_dense_tflops) : g_dense_tflops;
-                }
-        // Sparse ratios of the shipped kernel (fixed costs against its own dense time).
         g_full_sweep = 1;
         g_vname = variant_name(BL_BWD_VARIANT_WGMMA);
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
-        bench_shape(4, 4096, 16, 64, 0);
-        printf("\nD=64 dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n");
-        printf("| shape | wg64v1 | wgmma (shipped: v3, paired) | v3 / v1 |\n"
-               "| --- | --- | --- | --- |\n");
+        if (d128) bench_shape(1, 16384, 16, 128, 1);
+        else bench_shape(4, 4096, 16, 64, 0);
+        const char *older = d128 ? "wg128v3b" : "wg64v1";
+        const char *shipped = d128 ? "v4" : "v3, paired";
+        printf("\nD=%d dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n", D);
+        printf("| shape | %s | wgmma (shipped: %s) | shipped / %s |\n| --- | --- | --- | --- |\n",
+               older, shipped, older);
         for (int x = 0; x < 4; ++x)
-            printf("| B%d S%d H%d D64 %s | %.1f | %.1f | %.3f |\n", shapes[x].B, shapes[x].S,
-                   shapes[x].H, shapes[x].causal ? "causal" : "full", rate[x][0], rate[x][1],
+            printf("| B%d S%d H%d D%d %s | %.1f | %.1f | %.3f |\n", shapes[x].B, shapes[x].S,
+                   shapes[x].H, D, shapes[x].causal ? "causal" : "full", rate[x][0], rate[x][1],
                    rate[x][1] / rate[x][0]);
         return 0;
     }
