@@ -130,6 +130,7 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_params p) {
     constexpr int D = 64;
     using L = wg64p_smem;
+    constexpr int ROW_CHUNKS = D / CHUNK;
     constexpr int NQ = PAIR_ROWS / 8;  // n8 tiles of queries (S^T, dP^T): 16
     constexpr int NQ_ENTRY = BM / 8;   // of them per entry: 8
     constexpr int ND = D / 8;          // n8 tiles of head dim (dK, dV, dQ): 8
@@ -137,19 +138,23 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
     constexpr int KSTEPS_K = BN / 16;         // dQ steps over the keys: 8
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *smem_base = wg_smem_base(smem_raw, L::BASE_ALIGN);
+    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
+        ~(uintptr_t)(L::BASE_ALIGN - 1));
     const uint32_t s0 = bl_smem_addr(smem_base);
     float *s_rows = reinterpret_cast<float *>(smem_base + L::ROWS);
 
     const bl_bwd_dims &dm = p.dm;
-    const wg_cta cta(p);
-    const int64_t n = cta.n, g = cta.g, b = cta.b;
-    const int count = cta.count;
+    const int64_t col = p.schedule[blockIdx.x];
+    const int64_t n = col % dm.tiles_n;
+    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
+    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int count = p.counts[col];
     const int pairs = (count + 1) / 2;
-    const int *list = cta.list;
-    const int lane = cta.lane, warp = cta.warp;
-    const int wg = cta.wg;                    // warpgroup: keys 64wg..64wg+63; dQ of entry wg
-    const int lg = cta.lg, lt = cta.lt;       // accumulator row group / thread in group
+    const int *list = p.lists + col * (dm.group * dm.tiles_m);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wg = warp >> 2;                 // warpgroup: keys 64wg..64wg+63; dQ of entry wg
+    const int lg = lane >> 2, lt = lane & 3;  // accumulator row group / thread in group
     const int64_t key0 = n * BN;
     const int kw = warp * KEYS_PER_WARP;      // this warp's first key (its 16 accumulator rows)
 
@@ -161,7 +166,19 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
     wg64p_entry cur[2] = {{-1, 0}, {-1, 0}};
     int nxt0 = -1, nxt1 = -1;
     if (count > 0) {
-        wg_load_kv<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0);
+        const T *kp = static_cast<const T *>(p.k);
+        const T *vp = static_cast<const T *>(p.v);
+        for (int c = threadIdx.x; c < BN * ROW_CHUNKS; c += THREADS) {
+            const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
+            const int64_t j = key0 + r;
+            const bool valid = j < dm.seqlen_k;
+            const int64_t jj = valid ? j : 0;
+            const uint32_t off = panel_offset<BN>(r, ch);
+            bl_cp_async16(s0 + L::K + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK,
+                          valid);
+            bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
+                          valid);
+        }
         cur[0] = wg64p_decode(p, (int)g, list[0]);
         cur[1] = wg64p_decode(p, (int)g, count > 1 ? list[1] : -1);
         wg64p_load_pair<T>(p, s0, s_rows, 0, b, cur);
@@ -330,7 +347,25 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
         bl_reg_fence(pa);
         bl_reg_fence(dsa);
         const wg64p_entry mine = wg ? cur[1] : cur[0];  // (no runtime index: no local memory)
-        if (mine.live()) wg_add_dq<D>(p, dq, b, mine.h, mine.row0, 0, warp, lg, lt);
+        if (mine.live()) {
+            // Rows 16*(warp%4) + lg (+8) of the entry; columns 8t + 2lt (+1). Lane pairs (lt,
+            // lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
+            // row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
+            const bool odd = lt & 1;
+            const int64_t i = mine.row0 + 16 * (warp & 3) + lg + (odd ? 8 : 0);
+            float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + mine.h) * D +
+                         2 * (lt & ~1);
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
+                const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
+                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+                const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
+                                     : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
+                if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
+            }
+        }
         cur[0] = next[0];
         cur[1] = next[1];
     }
@@ -338,7 +373,24 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
     bl_reg_fence(dv_acc);
 
     // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
-    wg_store_dkdv<T, D>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
+    T *dk = static_cast<T *>(p.dk);
+    T *dv = static_cast<T *>(p.dv);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t j = key0 + kw + lg + 8 * half;
+        if (j < dm.seqlen_k) {
+            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
+            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
+                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
+                                dk_acc[4 * t + 2 * half + 1] * p.scale);
+                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
+                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+            }
+        }
+    }
 }
 
 }  // namespace bl_bwd

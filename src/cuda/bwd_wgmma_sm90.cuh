@@ -88,103 +88,6 @@ __device__ __forceinline__ void wg_load_row_tile(const bwd_params &p, uint32_t s
     }
 }
 
-// What a main-kernel CTA works on -- its key tile, taken from the heaviest-first schedule, and
-// that tile's list of kept entries -- and where this thread sits in it.
-struct wg_cta {
-    int64_t n, g, b;   // key tile, kv head, batch
-    int count;         // kept (q head, row tile) entries
-    const int *list;   // count entries hl * Tm + m
-    int lane, warp, wg, lg, lt;  // warpgroup wg; accumulator row group lg, thread in group lt
-    __device__ __forceinline__ explicit wg_cta(const bwd_params &p) {
-        const bl_bwd_dims &dm = p.dm;
-        const int64_t col = p.schedule[blockIdx.x];
-        n = col % dm.tiles_n;
-        g = (col / dm.tiles_n) % dm.heads_k;
-        b = col / (dm.tiles_n * dm.heads_k);
-        count = p.counts[col];
-        list = p.lists + col * (dm.group * dm.tiles_m);
-        lane = threadIdx.x & 31;
-        warp = threadIdx.x >> 5;
-        wg = warp >> 2;
-        lg = lane >> 2;
-        lt = lane & 3;
-    }
-};
-
-// The dynamic shared memory's base rounded up to `align` (the 128B swizzle wants 1024).
-__device__ __forceinline__ unsigned char *wg_smem_base(unsigned char *raw, uint32_t align) {
-    return reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(raw) + align - 1) &
-                                             ~(uintptr_t)(align - 1));
-}
-
-// cp.async of the CTA's K and V tiles (BN keys from key0, zero past Sk) as D/64 panels each.
-template <typename T, int D>
-__device__ __forceinline__ void wg_load_kv(const bwd_params &p, uint32_t sK, uint32_t sV,
-                                           int64_t b, int64_t g, int64_t key0) {
-    constexpr int ROW_CHUNKS = D / CHUNK;
-    const T *kp = static_cast<const T *>(p.k);
-    const T *vp = static_cast<const T *>(p.v);
-    for (int c = threadIdx.x; c < BN * ROW_CHUNKS; c += THREADS) {
-        const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
-        const int64_t j = key0 + r;
-        const bool valid = j < p.dm.seqlen_k;
-        const int64_t jj = valid ? j : 0;
-        const uint32_t off = panel_offset<BN>(r, ch);
-        bl_cp_async16(sK + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK, valid);
-        bl_cp_async16(sV + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK, valid);
-    }
-}
-
-// dq accumulator += this warp's part of a m64n64 dQ accumulator: rows 16*(warp%4) + lg (+8) of
-// the row tile at row0 of q head h, columns dh + 8t + 2lt (+1), as float4 reductions. Lane
-// pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
-// row lg, columns 2lt..2lt+3; odd lt -> row lg+8. Every lane of the warp must call it.
-template <int D>
-__device__ __forceinline__ void wg_add_dq(const bwd_params &p, const float (&dq)[32], int64_t b,
-                                          int64_t h, int64_t row0, int dh, int warp, int lg,
-                                          int lt) {
-    const bl_bwd_dims &dm = p.dm;
-    const bool odd = lt & 1;
-    const int64_t i = row0 + 16 * (warp & 3) + lg + (odd ? 8 : 0);
-    float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + dh + 2 * (lt & ~1);
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-        const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
-        const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
-        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-        const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-        const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
-                             : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
-        if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
-    }
-}
-
-// The epilogue: dK (times scale) and dV of this warp's 16 keys (key0 + kw ..) from the
-// accumulators (rows lg, lg + 8; columns 8t + 2lt (+1)).
-template <typename T, int D>
-__device__ __forceinline__ void wg_store_dkdv(const bwd_params &p, const float (&dk_acc)[D / 2],
-                                              const float (&dv_acc)[D / 2], int64_t b, int64_t g,
-                                              int64_t key_w, int lg, int lt) {
-    T *dk = static_cast<T *>(p.dk);
-    T *dv = static_cast<T *>(p.dv);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int64_t j = key_w + lg + 8 * half;
-        if (j < p.dm.seqlen_k) {
-            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
-            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
-#pragma unroll
-            for (int t = 0; t < D / 8; ++t) {
-                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
-                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
-                                dk_acc[4 * t + 2 * half + 1] * p.scale);
-                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
-                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
-            }
-        }
-    }
-}
-
 // FUSED_DKV (version 4): the next entry's loads go out after this entry's S^T / dP^T issue; dK
 // issues right after dS without waiting for dV (P^T's packed registers stay live until the
 // tile's last wait); dS goes to shared memory with stmatrix.trans (4 per thread) instead of 32
@@ -192,24 +95,29 @@ __device__ __forceinline__ void wg_store_dkdv(const bwd_params &p, const float (
 template <typename T, int D, bool FUSED_DKV>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params p) {
     using L = wg_smem<D>;
+    constexpr int ROW_CHUNKS = D / CHUNK;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8
     constexpr int ND = D / 8;    // n8 tiles of head dim (dK, dV)
     constexpr int KSTEPS_D = D / 16;
     constexpr uint32_t QPANEL = BM * PANEL_ROW_BYTES;  // bytes of one panel of a Q / dO tile
     constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;  // bytes of one panel of a K / V tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *smem_base = wg_smem_base(smem_raw, L::BASE_ALIGN);
+    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
+        ~(uintptr_t)(L::BASE_ALIGN - 1));
     const uint32_t s0 = bl_smem_addr(smem_base);
     float *s_rows = reinterpret_cast<float *>(smem_base + L::ROWS);
 
     const bl_bwd_dims &dm = p.dm;
-    const wg_cta cta(p);
-    const int64_t n = cta.n, g = cta.g, b = cta.b;
-    const int count = cta.count;
-    const int *list = cta.list;
-    const int lane = cta.lane, warp = cta.warp;
-    const int wg = cta.wg;                    // warpgroup: keys 64wg..64wg+63
-    const int lg = cta.lg, lt = cta.lt;       // accumulator row group / thread in group
+    const int64_t col = p.schedule[blockIdx.x];
+    const int64_t n = col % dm.tiles_n;
+    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
+    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int count = p.counts[col];
+    const int *list = p.lists + col * (dm.group * dm.tiles_m);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wg = warp >> 2;                 // warpgroup: keys 64wg..64wg+63
+    const int lg = lane >> 2, lt = lane & 3;  // accumulator row group / thread in group
     const int64_t key0 = n * BN;
     const int kw = warp * KEYS_PER_WARP;      // this warp's first key (its 16 accumulator rows)
 
@@ -219,7 +127,19 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
 
     int e_cur = 0, e_next = 0;
     if (count > 0) {
-        wg_load_kv<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0);
+        const T *kp = static_cast<const T *>(p.k);
+        const T *vp = static_cast<const T *>(p.v);
+        for (int c = threadIdx.x; c < BN * ROW_CHUNKS; c += THREADS) {
+            const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
+            const int64_t j = key0 + r;
+            const bool valid = j < dm.seqlen_k;
+            const int64_t jj = valid ? j : 0;
+            const uint32_t off = panel_offset<BN>(r, ch);
+            bl_cp_async16(s0 + L::K + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK,
+                          valid);
+            bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
+                          valid);
+        }
         e_cur = list[0];
         e_next = count > 1 ? list[1] : 0;
         wg_load_row_tile<T, D>(p, s0, s_rows, 0, b, g * dm.group + e_cur / dm.tiles_m,
@@ -431,14 +351,50 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
         bl_reg_fence(dq);
         bl_reg_fence(dsa);
         if (FUSED_DKV) bl_reg_fence(pa);
-        // D = 128: warpgroup wg holds d columns 64wg..; D = 64: all 64, for its 64 keys.
-        wg_add_dq<D>(p, dq, b, h, row0, D == 128 ? 64 * wg : 0, warp, lg, lt);
+        {
+            // Rows 16*(warp%4) + lg (+8) of the 64-row tile; columns dh + 8t + 2lt (+1).
+            const int qb = 16 * (warp & 3);
+            const int dh = D == 128 ? 64 * wg : 0;
+            // Lane pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one
+            // row: even lt -> row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
+            const bool odd = lt & 1;
+            const int64_t i = row0 + qb + lg + (odd ? 8 : 0);
+            float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + dh +
+                         2 * (lt & ~1);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
+                const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
+                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+                const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
+                                     : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
+                if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
+            }
+        }
     }
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
 
     // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
-    wg_store_dkdv<T, D>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
+    T *dk = static_cast<T *>(p.dk);
+    T *dv = static_cast<T *>(p.dv);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t j = key0 + kw + lg + 8 * half;
+        if (j < dm.seqlen_k) {
+            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
+            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
+                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
+                                dk_acc[4 * t + 2 * half + 1] * p.scale);
+                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
+                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+            }
+        }
+    }
 }
 
 }  // namespace bl_bwd
