@@ -183,6 +183,25 @@ static void cpu_forward(const Case &c, HostT &q, HostT &k, HostT &v, HostT &out,
         }
 }
 
+// One (query i, key j) pair of the float64 backward, both references' inner step: recompute
+// p from lse l, dS = p (dP - Dlt), and add its share to dq, dk (both times scale) and dv.
+static void add_pair(const Case &c, HostT &q, HostT &k, HostT &v, HostT &dout, float scale,
+                     int b, int i, int h, int j, int g, double l, double dlt,
+                     std::vector<double> &dq, std::vector<double> &dk, std::vector<double> &dv) {
+    double sc = 0, dp = 0;
+    for (int d = 0; d < c.D; ++d) {
+        sc += (double)q.at(b, i, h, d) * k.at(b, j, g, d);
+        dp += (double)dout.at(b, i, h, d) * v.at(b, j, g, d);
+    }
+    const double p = exp(sc * scale - l);
+    const double ds = p * (dp - dlt);
+    for (int d = 0; d < c.D; ++d) {
+        dq[(((size_t)b * c.Sq + i) * c.Hq + h) * c.D + d] += scale * ds * k.at(b, j, g, d);
+        dk[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += scale * ds * q.at(b, i, h, d);
+        dv[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += p * dout.at(b, i, h, d);
+    }
+}
+
 // float64 backward over the kept tiles of `mask` (B,Hq,Tm,Tn).
 static void cpu_backward(const Case &c, HostT &q, HostT &k, HostT &v, HostT &out, HostT &dout,
                          const std::vector<float> &lse, const std::vector<uint8_t> &mask,
@@ -204,18 +223,7 @@ static void cpu_backward(const Case &c, HostT &q, HostT &k, HostT &v, HostT &out
                 const int m = i / 64;
                 for (int j = 0; j < lim; ++j) {
                     if (!mask[(((size_t)b * c.Hq + h) * Tm + m) * Tn + j / 128]) continue;
-                    double sc = 0, dp = 0;
-                    for (int d = 0; d < c.D; ++d) {
-                        sc += (double)q.at(b, i, h, d) * k.at(b, j, g, d);
-                        dp += (double)dout.at(b, i, h, d) * v.at(b, j, g, d);
-                    }
-                    const double p = exp(sc * scale - l);
-                    const double ds = p * (dp - dlt);
-                    for (int d = 0; d < c.D; ++d) {
-                        dq[(((size_t)b * c.Sq + i) * c.Hq + h) * c.D + d] += scale * ds * k.at(b, j, g, d);
-                        dk[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += scale * ds * q.at(b, i, h, d);
-                        dv[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += p * dout.at(b, i, h, d);
-                    }
+                    add_pair(c, q, k, v, dout, scale, b, i, h, j, g, l, dlt, dq, dk, dv);
                 }
             }
         }
@@ -271,18 +279,7 @@ static void cpu_backward_tiles(const Case &c, HostT &q, HostT &k, HostT &v, Host
                         for (int d = 0; d < c.D; ++d) dlt += (double)dout.at(b, i, h, d) * out.at(b, i, h, d);
                         const int64_t lim = std::min<int64_t>(key_limit(c.causal, i, c.Sq, c.Sk), 128 * n + 128);
                         for (int j = 128 * n; j < lim; ++j) {
-                            double sc = 0, dp = 0;
-                            for (int d = 0; d < c.D; ++d) {
-                                sc += (double)q.at(b, i, h, d) * k.at(b, j, g, d);
-                                dp += (double)dout.at(b, i, h, d) * v.at(b, j, g, d);
-                            }
-                            const double p = exp(sc * scale - l);
-                            const double ds = p * (dp - dlt);
-                            for (int d = 0; d < c.D; ++d) {
-                                dq[(((size_t)b * c.Sq + i) * c.Hq + h) * c.D + d] += scale * ds * k.at(b, j, g, d);
-                                dk[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += scale * ds * q.at(b, i, h, d);
-                                dv[(((size_t)b * c.Sk + j) * c.Hk + g) * c.D + d] += p * dout.at(b, i, h, d);
-                            }
+                            add_pair(c, q, k, v, dout, scale, b, i, h, j, g, l, dlt, dq, dk, dv);
                         }
                     }
                 }
