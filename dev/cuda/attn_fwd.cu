@@ -11,7 +11,7 @@
 // Build (here or on the device):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math -Xcompiler -fopenmp \
 //        -I include -I src dev/cuda/attn_fwd.cu -o build/attn_fwd
-// Run: build/attn_fwd check | small | bench [csv] | benchstats
+// Run: build/attn_fwd check | small | bench [csv] | benchstats | one B S H D causal stats reps
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -401,6 +401,37 @@ static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
     CK(cudaFree(ws));
 }
 
+// `one`: reps launches of the TMA kernel on one shape (for ncu / nsys), no timing.
+static void run_one(int B, int S, int H, int D, bool causal, bool stats, int reps) {
+    const size_t n = (size_t)B * S * H * D;
+    uint16_t *q, *k, *v, *o;
+    float *lse, *W, *ws;
+    CK(cudaMalloc(&q, n * 2));
+    CK(cudaMalloc(&k, n * 2));
+    CK(cudaMalloc(&v, n * 2));
+    CK(cudaMalloc(&o, n * 2));
+    CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
+    const int Tm = (S + 63) / 64, Tn = (S + 127) / 128;
+    CK(cudaMalloc(&W, (size_t)B * H * Tm * Tn * 4));
+    init_normalish<<<1024, 256>>>(q, n, 1u, true);
+    init_normalish<<<1024, 256>>>(k, n, 2u, true);
+    init_normalish<<<1024, 256>>>(v, n, 3u, true);
+    CK(cudaGetLastError());
+    bl_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.backend = BL_BACKEND_CUDA, d.dtype = BL_DTYPE_BF16, d.batch = B, d.seqlen_q = S, d.seqlen_k = S;
+    d.heads_q = H, d.heads_k = H, d.head_dim = D, d.scale = 1.f / sqrtf((float)D), d.causal = causal;
+    size_t wsb = 0;
+    BL(bl_cuda_workspace_size(&d, BL_OP_FORWARD, 1, &wsb));
+    CK(cudaMalloc(&ws, wsb));
+    d.workspace = ws, d.workspace_bytes = wsb;
+    bl_tensor tq{q, (int64_t)S * H * D, (int64_t)H * D, D}, tk = tq, tv = tq, to = tq;
+    tk.data = k, tv.data = v, to.data = o;
+    for (int r = 0; r < reps; ++r) BL(bl_cuda_forward(&d, tq, tk, tv, to, lse, stats ? W : nullptr));
+    CK(cudaDeviceSynchronize());
+    printf("one B=%d S=%d H=%d D=%d causal=%d stats=%d reps=%d done\n", B, S, H, D, causal, stats, reps);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "check";
     if (!bl_cuda_available()) {
@@ -458,6 +489,12 @@ int main(int argc, char **argv) {
         bench_one(4, 4096, 16, 64, true, nullptr);
         return 0;
     }
-    fprintf(stderr, "usage: %s check|small|bench [csv]|benchstats\n", argv[0]);
+    if (!strcmp(mode, "one") && argc == 9) {
+        run_one(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]) != 0,
+                atoi(argv[7]) != 0, atoi(argv[8]));
+        return 0;
+    }
+    fprintf(stderr, "usage: %s check|small|bench [csv]|benchstats|one B S H D causal stats reps\n",
+            argv[0]);
     return 2;
 }

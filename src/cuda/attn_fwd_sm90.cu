@@ -363,20 +363,25 @@ __device__ __forceinline__ void rescale_o(float (&o)[NREGS], const float (&alpha
 // parking layouts were measured and rejected: bench/notes-fwd.md, bench/results/final1-*.)
 constexpr int kParkFloatsPerKeyTile = kBlockM;
 
-// Parks the row tile log2-mass of key tile n in the CTA's workspace slot (kBlockM rows x Tn)
-// until the row's lse is known. Two shuffles leave the quad's sum of row (quad_col & 1) in every
-// thread: exchange the row a thread does not keep, then add the other pair's sum.
-__device__ __forceinline__ void park_tile_logmass(float *ws, int num_ktiles, const ThreadPos &tp,
-                                                  int n, const float (&rowsum)[2],
-                                                  const RowState &st) {
+// The row of the CTA's statistics slot (kBlockM rows x Tn) this thread parks into: row
+// tp.row + 8 * (quad_col & 1), i.e. the row whose quad sum park_tile_logmass leaves in it. Computed
+// once per kernel: rebuilding the 64-bit address inside the key loop cost a uniform-datapath chain
+// (S2UR, UIMAD.WIDE, ULEA) that ncu showed stalling the consumer right after its GEMM issue.
+__device__ __forceinline__ float *park_row_ptr(float *ws, int num_ktiles, const ThreadPos &tp) {
+    return ws + (int64_t)(tp.row + 8 * (tp.quad_col & 1)) * num_ktiles;
+}
+
+// Parks the row tile log2-mass of key tile n until the row's lse is known. Two shuffles leave the
+// quad's sum of row (quad_col & 1) in every thread: exchange the row a thread does not keep, then
+// add the other pair's sum. Threads quad_col 2 and 3 hold the same sums as 0 and 1 and store the
+// same value to the same address (one transaction): no branch, no divergence in the hot loop.
+__device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadPos &tp, int n,
+                                                  const float (&rowsum)[2], const RowState &st) {
     const bool odd = tp.quad_col & 1;
     float mine = odd ? rowsum[1] : rowsum[0];
     mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
     mine += __shfl_xor_sync(0xffffffffu, mine, 2);
-    if (tp.quad_col < 2) {
-        const float logmass = lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]);
-        __stcg(ws + (int64_t)(tp.row + 8 * tp.quad_col) * num_ktiles + n, logmass);
-    }
+    __stcg(park_row + n, lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]));
 }
 
 // Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
@@ -449,6 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
     const ThreadPos tp = thread_pos(threadIdx.x);
     const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
     float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kParkFloatsPerKeyTile : nullptr;
+    float *park_row = STATS ? park_row_ptr(ws, p.num_ktiles, tp) : nullptr;
 
     WorkTile w;
     for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
@@ -506,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
                 // While P V runs: the fences keep the compiler from hoisting this above the issue.
                 reg_fence(rowsum[0]);
                 reg_fence(rowsum[1]);
-                park_tile_logmass(ws, p.num_ktiles, tp, n, rowsum, st);
+                park_tile_logmass(park_row, tp, n, rowsum, st);
             }
             wgmma_wait<0>();
 #pragma unroll
@@ -626,6 +632,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
     const ThreadPos tp = thread_pos(threadIdx.x - kThreadsPerWarpgroup);
     const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
     float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kParkFloatsPerKeyTile : nullptr;
+    float *park_row = STATS ? park_row_ptr(ws, p.num_ktiles, tp) : nullptr;
     const int my_turn = kBarrierTurn0 + tp.wg, their_turn = kBarrierTurn0 + (tp.wg ^ 1);
     const bool warp_leader = tp.lane == 0;
     if (tp.wg == 1) named_barrier_arrive(kBarrierTurn0, kConsumerThreads);  // consumer 0 first
@@ -682,7 +689,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
                 if (STATS) {
                     reg_fence(rowsum[0]);
                     reg_fence(rowsum[1]);
-                    park_tile_logmass(ws, p.num_ktiles, tp, n - 1, rowsum, st);
+                    park_tile_logmass(park_row, tp, n - 1, rowsum, st);
                 }
                 wgmma_wait<1>();  // S(n) ready; P(n-1) V may still run
 #pragma unroll
@@ -708,7 +715,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             if (STATS) {
                 reg_fence(rowsum[0]);
                 reg_fence(rowsum[1]);
-                park_tile_logmass(ws, p.num_ktiles, tp, w.n_end - 1, rowsum, st);
+                park_tile_logmass(park_row, tp, w.n_end - 1, rowsum, st);
             }
             wgmma_wait<0>();
 #pragma unroll
