@@ -443,7 +443,16 @@ int main(int argc, char **argv) {
         // B, Sq, Sk, Hq, Hk, D, bf16, causal, pad, scale_mul, q_amp, nan_row
         cases.push_back({1, 200, 333, 2, 1, 128, true, false, 8, 1.f, 1.f, -1});
         cases.push_back({1, 333, 200, 2, 2, 64, false, true, 0, 1.f, 1.f, -1});
+        // More work tiles than SMs: several tiles per CTA, so the TMA kernel's deferred W
+        // reduction (tile t summed during tile t+1) runs across tiles and parities.
+        cases.push_back({1, 2048, 300, 40, 8, 64, true, true, 0, 1.f, 1.f, -1});
         if (!strcmp(mode, "check")) {
+            // ... with rows that see no key (causal, Sq > Sk: tiles with n_end = 0 in between)
+            cases.push_back({1, 8192, 1000, 8, 2, 64, true, true, 0, 1.f, 1.f, -1});
+            // ... with tiles of every length
+            cases.push_back({1, 4096, 4096, 8, 8, 128, true, true, 0, 1.f, 1.f, -1});
+            // ... with Tn > 128 (two W column chunks per thread) and a NaN row
+            cases.push_back({1, 256, 17000, 144, 16, 64, true, false, 0, 1.f, 1.f, 100});
             cases.push_back({1, 128, 128, 1, 1, 128, true, false, 0, 1.f, 1.f, -1});
             cases.push_back({2, 256, 256, 2, 2, 64, true, true, 0, 1.f, 1.f, -1});
             cases.push_back({2, 257, 1000, 4, 2, 64, true, true, 0, 1.f, 1.f, -1});
