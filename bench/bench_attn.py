@@ -44,19 +44,24 @@ FLEX_KEEP = (1.0, 0.1)  # FlexAttention compiles per shape: time it at a few den
 
 
 def time_ms(fn, reps: int, warmup: int = 3) -> float:
-    """Median milliseconds of fn() over `reps` runs, each between two CUDA events."""
+    """Median GPU milliseconds of fn() over `reps` runs, each between its own two CUDA events.
+
+    The runs are queued back to back with one host sync at the end (as triton.testing.do_bench
+    does), so a call's time is what the GPU spends on it: the host work of the next call (Python
+    checks, allocation, the ctypes call) overlaps the GPU work of the previous one whenever it is
+    shorter. With a sync after every call the idle GPU waited for that host work inside the timed
+    interval (the statistics call, which allocates W and a workspace, paid most)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def fwd_flops(b, s, h, d, causal):
