@@ -9,8 +9,8 @@
 // and "sync" (cp.async, the fallback), through g_fwd_kernel_choice.
 //
 // Build (here or on the device):
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math -Xcompiler -fopenmp \
-//        -I include -I src dev/cuda/attn_fwd.cu -o build/attn_fwd
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math -Xcompiler -fopenmp
+//        -I include -I src dev/cuda/attn_fwd.cu -o build/attn_fwd   (one command line)
 // Run: build/attn_fwd check | small | bench [csv] | benchstats | one B S H D causal stats reps
 #include <math.h>
 #include <stdarg.h>
@@ -333,31 +333,47 @@ __global__ void init_normalish(uint16_t *x, size_t n, uint32_t seed, bool bf16) 
 
 static bool g_bench_sync_kernel = true;  // `benchstats` times the default (TMA) kernel only
 
-static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
-    const size_t n = (size_t)B * S * H * D;
+// Device buffers, descriptor and tensors of one timing shape (bf16, random inputs, Hq == Hk,
+// Sq == Sk), shared by `bench`, `benchstats` and `one`.
+struct DeviceShape {
     uint16_t *q, *k, *v, *o;
     float *lse, *W, *ws;
-    CK(cudaMalloc(&q, n * 2));
-    CK(cudaMalloc(&k, n * 2));
-    CK(cudaMalloc(&v, n * 2));
-    CK(cudaMalloc(&o, n * 2));
-    CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-    const int Tm = (S + 63) / 64, Tn = (S + 127) / 128;
-    CK(cudaMalloc(&W, (size_t)B * H * Tm * Tn * 4));
-    init_normalish<<<1024, 256>>>(q, n, 1u, true);
-    init_normalish<<<1024, 256>>>(k, n, 2u, true);
-    init_normalish<<<1024, 256>>>(v, n, 3u, true);
-    CK(cudaGetLastError());
     bl_attn_desc d;
-    memset(&d, 0, sizeof d);
-    d.backend = BL_BACKEND_CUDA, d.dtype = BL_DTYPE_BF16, d.batch = B, d.seqlen_q = S, d.seqlen_k = S;
-    d.heads_q = H, d.heads_k = H, d.head_dim = D, d.scale = 1.f / sqrtf((float)D), d.causal = causal;
-    size_t wsb = 0;
-    BL(bl_cuda_workspace_size(&d, BL_OP_FORWARD, 1, &wsb));
-    CK(cudaMalloc(&ws, wsb));
-    d.workspace = ws, d.workspace_bytes = wsb;
-    bl_tensor tq{q, (int64_t)S * H * D, (int64_t)H * D, D}, tk = tq, tv = tq, to = tq;
-    tk.data = k, tv.data = v, to.data = o;
+    bl_tensor tq, tk, tv, to;
+
+    DeviceShape(int B, int S, int H, int D, bool causal) {
+        const size_t n = (size_t)B * S * H * D;
+        CK(cudaMalloc(&q, n * 2));
+        CK(cudaMalloc(&k, n * 2));
+        CK(cudaMalloc(&v, n * 2));
+        CK(cudaMalloc(&o, n * 2));
+        CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
+        const int Tm = (S + 63) / 64, Tn = (S + 127) / 128;
+        CK(cudaMalloc(&W, (size_t)B * H * Tm * Tn * 4));
+        init_normalish<<<1024, 256>>>(q, n, 1u, true);
+        init_normalish<<<1024, 256>>>(k, n, 2u, true);
+        init_normalish<<<1024, 256>>>(v, n, 3u, true);
+        CK(cudaGetLastError());
+        memset(&d, 0, sizeof d);
+        d.backend = BL_BACKEND_CUDA, d.dtype = BL_DTYPE_BF16, d.batch = B, d.seqlen_q = S, d.seqlen_k = S;
+        d.heads_q = H, d.heads_k = H, d.head_dim = D, d.scale = 1.f / sqrtf((float)D), d.causal = causal;
+        size_t wsb = 0;
+        BL(bl_cuda_workspace_size(&d, BL_OP_FORWARD, 1, &wsb));
+        CK(cudaMalloc(&ws, wsb));
+        d.workspace = ws, d.workspace_bytes = wsb;
+        tq = bl_tensor{q, (int64_t)S * H * D, (int64_t)H * D, D};
+        tk = tq, tv = tq, to = tq;
+        tk.data = k, tv.data = v, to.data = o;
+    }
+    ~DeviceShape() {
+        for (void *p : {(void *)q, (void *)k, (void *)v, (void *)o, (void *)lse, (void *)W, (void *)ws})
+            CK(cudaFree(p));
+    }
+    void forward(bool stats) { BL(bl_cuda_forward(&d, tq, tk, tv, to, lse, stats ? W : nullptr)); }
+};
+
+static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
+    DeviceShape x(B, S, H, D, causal);
     const double flops = 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -367,12 +383,12 @@ static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
     // Medians of no-stats, stats, no-stats again, stats again: the repeat shows the noise.
     double med[4];
     for (int pass = 0; pass < 4; ++pass) {
-        const int stats = pass & 1;
-        for (int w = 0; w < 3; ++w) BL(bl_cuda_forward(&d, tq, tk, tv, to, lse, stats ? W : nullptr));
+        const bool stats = pass & 1;
+        for (int w = 0; w < 3; ++w) x.forward(stats);
         std::vector<float> ms;
         for (int r = 0; r < 15; ++r) {
             CK(cudaEventRecord(e0));
-            BL(bl_cuda_forward(&d, tq, tk, tv, to, lse, stats ? W : nullptr));
+            x.forward(stats);
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float t;
@@ -392,42 +408,14 @@ static void bench_one(int B, int S, int H, int D, bool causal, FILE *csv) {
         fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.1f,%.4f,%.1f,%.4f,%.4f\n", kern == 0 ? "tma" : "sync",
                 B, S, H, D, causal, t0, flops / t0 * 1e-9, t1, flops / t1 * 1e-9, med[0], med[2]);
     }
-    CK(cudaFree(q));
-    CK(cudaFree(k));
-    CK(cudaFree(v));
-    CK(cudaFree(o));
-    CK(cudaFree(lse));
-    CK(cudaFree(W));
-    CK(cudaFree(ws));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
 }
 
 // `one`: reps launches of the TMA kernel on one shape (for ncu / nsys), no timing.
 static void run_one(int B, int S, int H, int D, bool causal, bool stats, int reps) {
-    const size_t n = (size_t)B * S * H * D;
-    uint16_t *q, *k, *v, *o;
-    float *lse, *W, *ws;
-    CK(cudaMalloc(&q, n * 2));
-    CK(cudaMalloc(&k, n * 2));
-    CK(cudaMalloc(&v, n * 2));
-    CK(cudaMalloc(&o, n * 2));
-    CK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-    const int Tm = (S + 63) / 64, Tn = (S + 127) / 128;
-    CK(cudaMalloc(&W, (size_t)B * H * Tm * Tn * 4));
-    init_normalish<<<1024, 256>>>(q, n, 1u, true);
-    init_normalish<<<1024, 256>>>(k, n, 2u, true);
-    init_normalish<<<1024, 256>>>(v, n, 3u, true);
-    CK(cudaGetLastError());
-    bl_attn_desc d;
-    memset(&d, 0, sizeof d);
-    d.backend = BL_BACKEND_CUDA, d.dtype = BL_DTYPE_BF16, d.batch = B, d.seqlen_q = S, d.seqlen_k = S;
-    d.heads_q = H, d.heads_k = H, d.head_dim = D, d.scale = 1.f / sqrtf((float)D), d.causal = causal;
-    size_t wsb = 0;
-    BL(bl_cuda_workspace_size(&d, BL_OP_FORWARD, 1, &wsb));
-    CK(cudaMalloc(&ws, wsb));
-    d.workspace = ws, d.workspace_bytes = wsb;
-    bl_tensor tq{q, (int64_t)S * H * D, (int64_t)H * D, D}, tk = tq, tv = tq, to = tq;
-    tk.data = k, tv.data = v, to.data = o;
-    for (int r = 0; r < reps; ++r) BL(bl_cuda_forward(&d, tq, tk, tv, to, lse, stats ? W : nullptr));
+    DeviceShape x(B, S, H, D, causal);
+    for (int r = 0; r < reps; ++r) x.forward(stats);
     CK(cudaDeviceSynchronize());
     printf("one B=%d S=%d H=%d D=%d causal=%d stats=%d reps=%d done\n", B, S, H, D, causal, stats, reps);
 }
