@@ -12,9 +12,10 @@ same density; the bytes of saved statistics.
 TFLOP/s by the FlashAttention convention: forward 4*B*Hq*Sq*Sk*D (half for causal), backward 2.5x.
 Timing: CUDA events around each call after warm-up, median of `--reps` runs. The dense
 comparisons (BackLite forward with and without statistics, backward; each SDPA backend's forward
-and backward) run interleaved: `--rounds` rounds, every contender once per round, and each figure is
-the median of its round medians, so that a GPU clock drifting during the run moves every contender
-alike instead of whichever happened to run in the slow stretch.
+and backward) run interleaved call by call: in each of `--rounds` rounds, `--reps` cycles that call
+every contender once in a shuffled order; each figure is the median of its round medians. A
+kernel near the GPU's power cap runs faster right after a lighter one, so blocks of one
+contender's calls would favour whichever block followed a light one (interleaved_medians).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import json
 import math
+import random
 import statistics
 import sys
 
@@ -96,14 +98,41 @@ def random_qkv(batch, seqlen, heads, head_dim, dtype, device):
             for _ in range(3)]
 
 
-def interleaved_medians(fns: dict, reps: int, rounds: int, timer=None) -> dict:
-    """{name: ms}: `rounds` rounds over all of `fns` (name -> zero-argument callable), each a
-    median of `reps` timed runs; the result is the median of each name's round medians."""
-    timer = timer or time_ms
-    per_round = {name: [] for name in fns}
+def cuda_event():
+    return torch.cuda.Event(enable_timing=True)
+
+
+def interleaved_medians(fns: dict, reps: int, rounds: int, seed: int = 0,
+                        event=cuda_event, sync=torch.cuda.synchronize) -> dict:
+    """{name: ms}: the median of each name's per-round medians over `rounds` rounds. A round runs
+    every contender once as warm-up, then `reps` cycles that call every contender once each, in a
+    fresh random order per cycle; each call sits between its own two CUDA events and the round
+    syncs once at its end.
+
+    Call-by-call interleaving, not one block of calls per contender: on the H200 the dense
+    forward at 1x16384x16x128 runs into the 700 W power cap after ~10 back-to-back calls (SM clock
+    1980 -> ~1670 MHz, 3.16 -> 3.47 ms a call; bench/results/order-2026-11-29.txt), so a block
+    that followed a lighter contender's block ran ~10% faster than the next block did. Mixed
+    calls see the same power state; the shuffled order gives no contender a fixed predecessor."""
+    rng = random.Random(seed)
+    names = list(fns)
+    per_round = {name: [] for name in names}
     for _ in range(rounds):
-        for name, fn in fns.items():
-            per_round[name].append(timer(fn, reps))
+        for name in names:
+            fns[name]()
+        sync()
+        timed = []  # (name, start event, end event) in queue order
+        for _ in range(reps):
+            for name in rng.sample(names, len(names)):
+                start, end = event(), event()
+                start.record()
+                fns[name]()
+                end.record()
+                timed.append((name, start, end))
+        sync()
+        for name in names:
+            per_round[name].append(statistics.median(
+                s.elapsed_time(e) for n, s, e in timed if n == name))
     return {name: statistics.median(ms) for name, ms in per_round.items()}
 
 

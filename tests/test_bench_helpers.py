@@ -12,16 +12,47 @@ def load_bench():
     return module
 
 
-def test_interleaved_medians_alternates_and_takes_round_medians():
+class FakeClock:
+    """Stands in for CUDA events: each contender advances `now` by its next scripted cost."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def event(self):
+        clock = self
+
+        class Event:
+            def record(self):
+                self.t = clock.now
+
+            def elapsed_time(self, end):
+                return end.t - self.t
+
+        return Event()
+
+
+def test_interleaved_medians_mixes_calls_and_takes_round_medians():
     bench = load_bench()
-    order, per_name = [], {"a": iter([3.0, 1.0, 2.0]), "b": iter([10.0, 30.0, 20.0])}
+    clock, calls = FakeClock(), []
+    # per name: warm-up cost, then 3 timed costs, for each of 2 rounds
+    costs = {"a": iter([9, 1, 2, 3, 9, 5, 5, 7]), "b": iter([9, 10, 30, 20, 9, 40, 40, 40]),
+             "c": iter([9, 4, 4, 4, 9, 6, 8, 7])}
 
-    def timer(fn, reps):
-        assert reps == 7
-        name = fn()
-        order.append(name)
-        return next(per_name[name])
+    def contender(name):
+        def fn():
+            calls.append(name)
+            clock.now += next(costs[name])
+        return fn
 
-    ms = bench.interleaved_medians({"a": lambda: "a", "b": lambda: "b"}, 7, 3, timer=timer)
-    assert order == ["a", "b", "a", "b", "a", "b"]  # every contender once per round
-    assert ms == {"a": 2.0, "b": 20.0}
+    ms = bench.interleaved_medians({n: contender(n) for n in "abc"}, reps=3, rounds=2,
+                                   event=clock.event, sync=lambda: None)
+    # round medians: a 2 and 5, b 20 and 40, c 4 and 7; the result is their median
+    assert ms == {"a": 3.5, "b": 30.0, "c": 5.5}
+    # each round: one warm-up call per contender, then every cycle calls each contender once
+    rounds = [calls[:12], calls[12:]]
+    for r in rounds:
+        assert r[:3] == ["a", "b", "c"]
+        for cycle in range(3):
+            assert sorted(r[3 + 3 * cycle: 6 + 3 * cycle]) == ["a", "b", "c"]
+    cycles = [tuple(r[3 + 3 * i: 6 + 3 * i]) for r in rounds for i in range(3)]
+    assert len(set(cycles)) > 1  # the order is shuffled, not a fixed rotation

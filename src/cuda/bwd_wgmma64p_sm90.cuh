@@ -18,7 +18,8 @@
 //   dK  (64 keys x 64 d)        += dS^T Q     RS, 8 steps
 //   dS^T goes to shared memory with stmatrix.trans (rows = queries, keys contiguous)
 //   dQ  (64 queries x 64 d)      = dS K       SS m64n64k16 over all 128 keys; entry wg's rows
-//   dq: float4 fp32 reductions, each dq element once per key tile (as version 2)
+//   dQ and its float4 fp32 reductions (each dq element once per key tile, as version 2) run at
+//       the top of the next iteration, under its S^T / dP^T; dS is double-buffered for it
 // Measured on the H200 (bench/results/bwd64-v3p.txt): 277 against version 2's 215 TFLOP/s at
 // (1, 16384, 16, 64), +28-29 % on every D = 64 shape; FlashAttention-2 in the same run: 278.
 // An odd list leaves the second slot of the last pair empty: its Q / dO rows are zero-filled and
@@ -57,8 +58,9 @@ struct wg64p_smem {
     static constexpr uint32_t V = K + PANEL;           // BN x 64
     static constexpr uint32_t Q = V + PANEL;           // 2 buffers of 128 rows (entry 0, entry 1)
     static constexpr uint32_t DO = Q + 2 * PANEL;      // 2 buffers of 128 rows
-    static constexpr uint32_t DS = DO + 2 * PANEL;     // dS: 2 key panels of 128 query rows
-    static constexpr uint32_t ROWS = DS + 2 * PANEL;   // fp32 lse_log2[2][128], dlt[2][128]
+    static constexpr uint32_t DS = DO + 2 * PANEL;     // dS: 2 buffers of 2 key panels x 128 rows
+    static constexpr uint32_t DS_BUF = 2 * PANEL;
+    static constexpr uint32_t ROWS = DS + 2 * DS_BUF;  // fp32 lse_log2[2][128], dlt[2][128]
     static constexpr uint32_t USED = ROWS + 4 * PAIR_ROWS * sizeof(float);
     static constexpr uint32_t BASE_ALIGN = 1024;
     static constexpr size_t BYTES = USED + BASE_ALIGN;
@@ -126,6 +128,54 @@ __device__ __forceinline__ void wg64p_load_pair(const bwd_params &p, uint32_t s0
     }
 }
 
+// dq of `mine` (64 query rows x 64 d, this warpgroup's accumulator fragment) into the fp32
+// accumulator with float4 reductions. Rows 16*(warp%4) + lg (+8); columns 8t + 2lt (+1). Lane
+// pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
+// row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
+__device__ __forceinline__ void wg64p_reduce_dq(const bwd_params &p, int64_t b, wg64p_entry mine,
+                                                const float (&dq)[32]) {
+    constexpr int D = 64, ND = D / 8;
+    if (!mine.live()) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lg = lane >> 2, lt = lane & 3;
+    const bool odd = lt & 1;
+    const int64_t i = mine.row0 + 16 * (warp & 3) + lg + (odd ? 8 : 0);
+    float *dst = p.dq_accum + ((b * p.dm.seqlen_q + i) * p.dm.heads_q + mine.h) * D + 2 * (lt & ~1);
+#pragma unroll
+    for (int t = 0; t < ND; ++t) {
+        const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
+        const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+        const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+        const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
+                             : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
+        if (i < p.dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
+    }
+}
+
+// dQ (entry wg: 64 queries x 64 d) = dS K over all 128 keys, from dS buffer `ds_buf`; one
+// commit group. dS must be visible to the async proxy (fence + barrier) before.
+template <typename T>
+__device__ __forceinline__ void wg64p_issue_dq(float (&dq)[32], uint32_t ds_buf, uint32_t sK, int wg) {
+    using L = wg64p_smem;
+    constexpr int KSTEPS_K = BN / 16;  // steps over the keys: 8
+#pragma unroll
+    for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
+    bl_reg_fence(dq);
+    bl_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS_K; ++ks)
+        bl_wgmma_ss_n64<T, 1>(
+            dq,
+            // A = dS: entry wg's 64 query rows, K-major over keys (key panel ks/4)
+            bl_wgmma_desc(ds_buf + (ks / 4) * L::PANEL + wg * BM * PANEL_ROW_BYTES +
+                              (ks % 4) * K16_BYTES_KMAJOR,
+                          16, BL_WGMMA_GROUP_BYTES),
+            // B = K: 16 keys per step, MN-major (d contiguous), one panel
+            bl_wgmma_desc(sK + ks * K16_BYTES_MNMAJOR, L::PANEL, BL_WGMMA_GROUP_BYTES));
+    bl_wgmma_commit();
+}
+
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_params p) {
     constexpr int D = 64;
@@ -191,13 +241,25 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
     const int64_t key_room = dm.seqlen_k - key0;
     const int key_limit = key_room < BN ? (int)key_room : BN;
 
+    // Pair it-1's dQ is issued at the top of iteration it, ahead of S^T / dP^T, and reduced
+    // while they run: the loop-top barrier also publishes pair it-1's dS, so no barrier sits
+    // between dS and dQ, and no tensor work waits for the reductions. dS is double-buffered: pair
+    // it writes buffer it&1 while pair it-1's dQ may still read the other.
+    wg64p_entry dq_entry = {-1, 0};  // the entry whose dS is waiting for its dQ (none yet)
+
     for (int it = 0; it < pairs; ++it) {
         const int buf = it & 1;
         bl_cp_async_wait<0>();
-        bl_fence_proxy_async();  // cp.async wrote what wgmma reads next
-        // This pair has landed for every thread and every warp is done with iteration it-1:
-        // buffer buf^1 and the dS tile are free.
+        bl_fence_proxy_async();  // cp.async (and iteration it-1's stmatrix) wrote what wgmma reads
+        // This pair has landed for every thread and every warp is done with iteration it-1: Q /
+        // dO buffer buf^1 is free, dS buffer buf^1 holds pair it-1's dS, and dS buffer buf is
+        // free (pair it-2's dQ was waited for in iteration it-1).
         __syncthreads();
+        // Unconditional, so that the wait below provably retires it (a conditional issue made
+        // ptxas serialize the products); at it == 0 it reads a dS buffer nobody wrote, and its
+        // result is dropped (dq_entry is empty).
+        float dq[ND * 4];
+        wg64p_issue_dq<T>(dq, s0 + L::DS + (buf ^ 1) * L::DS_BUF, s0 + L::K, wg);
 
         const uint32_t sQ = s0 + L::Q + buf * L::PANEL;
         const uint32_t sdO = s0 + L::DO + buf * L::PANEL;
@@ -205,11 +267,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
         const float *dlt = s_rows + (2 + buf) * PAIR_ROWS;
 
         // ---- S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x 128 queries) ----
+        // Issue order dQ(it-1), S^T, [dq reductions], dP^T: dP^T's accumulators become live only
+        // after dq's have died (all three at once need ~255 registers and spill).
         float s[NQ * 4], ds[NQ * 4];
 #pragma unroll
-        for (int x = 0; x < NQ * 4; ++x) s[x] = ds[x] = 0.0f;
+        for (int x = 0; x < NQ * 4; ++x) s[x] = 0.0f;
         bl_reg_fence(s);  // the zeros must be in the registers before the fence
-        bl_reg_fence(ds);
         bl_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS_D; ++kk)
@@ -219,6 +282,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
                               16, BL_WGMMA_GROUP_BYTES),
                 bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
+        bl_wgmma_wait<1>();  // pair it-1's dQ is done; S^T may still run
+        bl_reg_fence(dq);
+        wg64p_reduce_dq(p, b, dq_entry, dq);
+#pragma unroll
+        for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
+        bl_reg_fence(ds);
+        bl_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS_D; ++kk)
             bl_wgmma_ss_n128<T>(
@@ -315,59 +385,28 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
             // row l%8 of matrix l/8.
             const int q = lane >> 3, r = lane & 7;
             const int chunk = 2 * (warp & 3) + (q & 1);
-            const uint32_t base = s0 + L::DS + wg * L::PANEL +
+            const uint32_t base = s0 + L::DS + buf * L::DS_BUF + wg * L::PANEL +
                                   (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
                                   (uint32_t)((chunk ^ r) << 4);
 #pragma unroll
             for (int ks = 0; ks < KSTEPS_Q; ++ks)
                 bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
         }
-        bl_fence_proxy_async();  // the dS stores are read by wgmma next
-        __syncthreads();         // every warp's dS is in shared memory
-
-        // ---- dQ (entry wg: 64 queries x 64 d) = dS K over all 128 keys; fp32 reductions ----
-        float dq[ND * 4];
-#pragma unroll
-        for (int x = 0; x < ND * 4; ++x) dq[x] = 0.0f;
-        bl_reg_fence(dq);
-        bl_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS_K; ++ks)
-            bl_wgmma_ss_n64<T, 1>(
-                dq,
-                // A = dS: entry wg's 64 query rows, K-major over keys (key panel ks/4)
-                bl_wgmma_desc(s0 + L::DS + (ks / 4) * L::PANEL + wg * BM * PANEL_ROW_BYTES +
-                                  (ks % 4) * K16_BYTES_KMAJOR,
-                              16, BL_WGMMA_GROUP_BYTES),
-                // B = K: 16 keys per step, MN-major (d contiguous), one panel
-                bl_wgmma_desc(s0 + L::K + ks * K16_BYTES_MNMAJOR, L::PANEL, BL_WGMMA_GROUP_BYTES));
-        bl_wgmma_commit();
-        bl_wgmma_wait<0>();  // dV, dK and dQ are done
-        bl_reg_fence(dq);
+        bl_wgmma_wait<0>();  // dV and dK are done: pa and dsa may die
         bl_reg_fence(pa);
         bl_reg_fence(dsa);
-        const wg64p_entry mine = wg ? cur[1] : cur[0];  // (no runtime index: no local memory)
-        if (mine.live()) {
-            // Rows 16*(warp%4) + lg (+8) of the entry; columns 8t + 2lt (+1). Lane pairs (lt,
-            // lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
-            // row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
-            const bool odd = lt & 1;
-            const int64_t i = mine.row0 + 16 * (warp & 3) + lg + (odd ? 8 : 0);
-            float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + mine.h) * D +
-                         2 * (lt & ~1);
-#pragma unroll
-            for (int t = 0; t < ND; ++t) {
-                const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
-                const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
-                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-                const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
-                                     : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
-                if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
-            }
-        }
+        dq_entry = wg ? cur[1] : cur[0];  // (no runtime index: no local memory)
         cur[0] = next[0];
         cur[1] = next[1];
+    }
+    if (pairs > 0) {  // the last pair's dQ
+        bl_fence_proxy_async();
+        __syncthreads();
+        float dq[ND * 4];
+        wg64p_issue_dq<T>(dq, s0 + L::DS + ((pairs - 1) & 1) * L::DS_BUF, s0 + L::K, wg);
+        bl_wgmma_wait<0>();
+        bl_reg_fence(dq);
+        wg64p_reduce_dq(p, b, dq_entry, dq);
     }
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
