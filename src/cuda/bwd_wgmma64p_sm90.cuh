@@ -22,8 +22,8 @@
 //       the top of the next iteration, under its S^T / dP^T; dS is double-buffered for it
 // Measured on the H200 (bench/results/bwd64-v3p.txt): 277 against version 2's 215 TFLOP/s at
 // (1, 16384, 16, 64), +28-29 % on every D = 64 shape; FlashAttention-2 in the same run: 278.
-// The deferred dQ (bench/results/bwd64-v3dq-ab.txt, dev checker): 284 -> 327 TFLOP/s there,
-// +14-15 % on every D = 64 shape (one barrier fewer per pair, the reductions under S^T).
+// The deferred dQ (bench/results/bwd64-v3dq-ab.txt, dev checker): 283.9 -> 327.6 TFLOP/s there,
+// +14-16 % on every D = 64 shape (one barrier fewer per pair, the reductions under S^T).
 // An odd list leaves the second slot of the last pair empty: its Q / dO rows are zero-filled and
 // its lse is +inf, so its P and dS are exactly 0, and its dq is not reduced.
 #pragma once
