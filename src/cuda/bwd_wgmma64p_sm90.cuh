@@ -188,7 +188,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
     constexpr int ND = D / 8;          // n8 tiles of head dim (dK, dV, dQ): 8
     constexpr int KSTEPS_D = D / 16;
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
-    constexpr int KSTEPS_K = BN / 16;         // dQ steps over the keys: 8
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned char *smem_base = reinterpret_cast<unsigned char *>(
         (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
