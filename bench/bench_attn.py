@@ -45,25 +45,31 @@ RANDOM_MASK_KEEP = [1.0, 0.5, 0.25, 0.1, 0.03, 0.01]
 FLEX_KEEP = (1.0, 0.1)  # FlexAttention compiles per shape: time it at a few densities only
 
 
-def time_ms(fn, reps: int, warmup: int = 3) -> float:
-    """Median GPU milliseconds of fn() over `reps` runs, each between its own two CUDA events.
+def per_call_ms(calls, warmup: int = 3) -> list:
+    """[ms] of each call in `calls` (zero-argument callables), each between its own two CUDA
+    events, after the first `warmup` of them run untimed.
 
-    The runs are queued back to back with one host sync at the end (as triton.testing.do_bench
+    The calls are queued back to back with one host sync at the end (as triton.testing.do_bench
     does), so a call's time is what the GPU spends on it: the host work of the next call (Python
     checks, allocation, the ctypes call) overlaps the GPU work of the previous one whenever it is
     shorter. With a sync after every call the idle GPU waited for that host work inside the timed
     interval (the statistics call, which allocates W and a workspace, paid most)."""
-    for _ in range(warmup):
+    for fn in (list(calls) * warmup)[:warmup]:  # the first `warmup` calls, cycling if fewer
         fn()
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(reps)]
-    for start, end in events:
+              for _ in calls]
+    for fn, (start, end) in zip(calls, events):
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def time_ms(fn, reps: int, warmup: int = 3) -> float:
+    """Median GPU milliseconds of fn() over `reps` back-to-back runs (per_call_ms)."""
+    return statistics.median(per_call_ms([fn] * reps, warmup))
 
 
 def fwd_flops(b, s, h, d, causal):

@@ -24,23 +24,9 @@ import torch
 
 from back_lite import functional as blf
 
-from bench_attn import random_qkv, sdpa_callables
+from bench_attn import per_call_ms, random_qkv, sdpa_callables
 
 IDLE_S = 2.0  # pause before a series: lets clocks and power recover, as between bench contenders
-
-
-def per_call_ms(calls, warmup: int = 3):
-    """[ms] of each call in `calls` (zero-argument callables, queued back to back, one sync)."""
-    for fn in calls[:warmup]:
-        fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in calls]
-    for fn, (s, e) in zip(calls, ev):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in ev]
 
 
 def series(name, fn, calls):
