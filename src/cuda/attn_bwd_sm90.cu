@@ -23,6 +23,7 @@
 #include "cuda_check.cuh"
 #include "bwd_common.cuh"
 #include "bwd_kernel_common.cuh"
+#include "tensor_map.cuh"
 // The mma.sync kernel (version 2) is built only into the dev checker (-DBL_BWD_WITH_MMA_VARIANT),
 // which compares both kernels; the library carries the wgmma kernel alone.
 #ifdef BL_BWD_WITH_MMA_VARIANT
@@ -37,8 +38,9 @@ namespace bl_bwd {
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
+// tma_rows: p.tm_q / p.tm_do are valid (D = 128 then runs version 6, else version 4).
 template <typename T, int D>
-bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
+bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cudaStream_t stream) {
 #ifdef BL_BWD_WITH_MMA_VARIANT
     if (g_variant == BL_BWD_VARIANT_MMA) {
         const size_t smem = smem_layout<D>::BYTES;
@@ -57,10 +59,15 @@ bl_status launch_main(const bwd_params &p, int64_t num_cols, cudaStream_t stream
         BL_CUDA_CHECK_LAUNCH("bwd_wgmma64p_kernel");
         return BL_OK;
     }
-    // Version 3b at D = 64 (WGMMA64_V1) and on request at D = 128; version 4 otherwise.
-    auto kernel = bwd_wgmma_kernel<T, D, false>;
-    if constexpr (D == 128)
-        if (g_variant != BL_BWD_VARIANT_WGMMA128_V3B) kernel = bwd_wgmma_kernel<T, D, true>;
+    // Version 3b at D = 64 (WGMMA64_V1) and on request at D = 128; at D = 128 version 6 (TMA row
+    // tiles) where the tensor maps could be made, else (or on request) version 4.
+    auto kernel = bwd_wgmma_kernel<T, D, false, false>;
+    if constexpr (D == 128) {
+        if (g_variant == BL_BWD_VARIANT_WGMMA128_V4 || (g_variant == BL_BWD_VARIANT_WGMMA && !tma_rows))
+            kernel = bwd_wgmma_kernel<T, D, true, false>;
+        else if (g_variant == BL_BWD_VARIANT_WGMMA)
+            kernel = bwd_wgmma_kernel<T, D, true, true>;
+    }
     const size_t smem = wg_smem<D>::BYTES;
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -157,13 +164,17 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.causal = d->causal;
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
+    const bool tma_rows =
+        d->head_dim == 128 &&
+        bl_make_tensor_map(&p.tm_q, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
+        bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16);
     bl_status st;
     if (d->head_dim == 64)
-        st = bf16 ? launch_main<__nv_bfloat16, 64>(p, num_cols, stream)
-                  : launch_main<__half, 64>(p, num_cols, stream);
+        st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, num_cols, stream)
+                  : launch_main<__half, 64>(p, tma_rows, num_cols, stream);
     else
-        st = bf16 ? launch_main<__nv_bfloat16, 128>(p, num_cols, stream)
-                  : launch_main<__half, 128>(p, num_cols, stream);
+        st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, num_cols, stream)
+                  : launch_main<__half, 128>(p, tma_rows, num_cols, stream);
     if (st != BL_OK) return st;
 
     return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, dq, &ws, stream);

@@ -32,6 +32,7 @@
 #include "bwd_workspace.h"
 #include "cuda_check.cuh"
 #include "ptx_sm90.cuh"
+#include "tensor_map.cuh"
 
 namespace {
 
@@ -771,49 +772,6 @@ bl_status check_layout(const char *name, bl_tensor t) {
 enum FwdKernelChoice { kFwdKernelAuto = 0, kFwdKernelSync = 1 };
 FwdKernelChoice g_fwd_kernel_choice = kFwdKernelAuto;
 
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda needed).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-    static bool looked = false;
-    if (!looked) {
-        void *ptr = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
-                                             &found) == cudaSuccess &&
-            found == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)ptr;
-        else
-            (void)cudaGetLastError();
-        looked = true;
-    }
-    return fn;
-}
-
-// Describes a (B, S, H, D) tensor to TMA as (D, S, H, B) with a (64, 128, 1, 1) box and the 128B
-// swizzle that the wgmma descriptors expect. Returns false where TMA cannot take the tensor
-// (negative strides, no driver entry point); the caller then uses the cp.async kernel.
-bool make_tensor_map(CUtensorMap *map, bl_tensor t, int64_t batch, int64_t seqlen, int64_t heads,
-                     int64_t head_dim, bool bf16) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (!encode) return false;
-    const int64_t elem = 2;
-    // A stride of a dimension of size 1 is never used: give it a harmless valid value.
-    const int64_t ss = seqlen == 1 ? head_dim : t.stride_s;
-    const int64_t sh = heads == 1 ? head_dim : t.stride_h;
-    const int64_t sb = batch == 1 ? head_dim : t.stride_b;
-    if (ss <= 0 || sh <= 0 || sb <= 0) return false;
-    cuuint64_t dims[4] = {(cuuint64_t)head_dim, (cuuint64_t)seqlen, (cuuint64_t)heads, (cuuint64_t)batch};
-    cuuint64_t strides[3] = {(cuuint64_t)(ss * elem), (cuuint64_t)(sh * elem), (cuuint64_t)(sb * elem)};
-    cuuint32_t box[4] = {(cuuint32_t)kPanelCols, (cuuint32_t)kBlockN, 1, 1};
-    cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    static_assert(kBlockM == kBlockN, "one TMA box shape serves Q and K/V tiles");
-    const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                              4, t.data, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS;
-}
-
 template <int D, bool BF16, bool CAUSAL, bool STATS>
 bl_status launch(const FwdTmaParams &tp, bool use_tma, int grid, cudaStream_t stream) {
     if (use_tma) {
@@ -933,9 +891,9 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
     const bool use_tma =
         g_fwd_kernel_choice == kFwdKernelAuto &&
-        make_tensor_map(&tp.tm_q, q, d->batch, d->seqlen_q, d->heads_q, d->head_dim, bf16) &&
-        make_tensor_map(&tp.tm_k, k, d->batch, d->seqlen_k, d->heads_k, d->head_dim, bf16) &&
-        make_tensor_map(&tp.tm_v, v, d->batch, d->seqlen_k, d->heads_k, d->head_dim, bf16);
+        bl_make_tensor_map(&tp.tm_q, q, d->batch, d->seqlen_q, d->heads_q, d->head_dim, kBlockM, bf16) &&
+        bl_make_tensor_map(&tp.tm_k, k, d->batch, d->seqlen_k, d->heads_k, d->head_dim, kBlockN, bf16) &&
+        bl_make_tensor_map(&tp.tm_v, v, d->batch, d->seqlen_k, d->heads_k, d->head_dim, kBlockN, bf16);
     if (d->head_dim == 128)
         return bf16 ? dispatch_flags<128, true>(tp, use_tma, grid, stream, causal, stats)
                     : dispatch_flags<128, false>(tp, use_tma, grid, stream, causal, stats);

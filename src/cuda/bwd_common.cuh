@@ -63,11 +63,14 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //   WGMMA64_V1: bwd_wgmma_sm90.cuh (version 3b) at head dim 64 too (one list entry per
 //     iteration).
 //   WGMMA128_V3B: bwd_wgmma_sm90.cuh at head dim 128 as version 3b (dK waits for dV; 16-bit dS
-//     stores) instead of version 4.
+//     stores) instead of version 6.
+//   WGMMA128_V4: bwd_wgmma_sm90.cuh at head dim 128 as version 4 (row tiles by cp.async from
+//     every thread), which the library also runs where TMA cannot describe Q or dO.
 enum {
     BL_BWD_VARIANT_WGMMA = 0,
     BL_BWD_VARIANT_MMA = 1,
     BL_BWD_VARIANT_WGMMA64_V1 = 2,
-    BL_BWD_VARIANT_WGMMA128_V3B = 3
+    BL_BWD_VARIANT_WGMMA128_V3B = 3,
+    BL_BWD_VARIANT_WGMMA128_V4 = 4
 };
 void bl_bwd_set_variant(int variant);

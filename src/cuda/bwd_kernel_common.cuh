@@ -2,6 +2,7 @@
 // CTA shape and the kernel parameters. Included by attn_bwd_sm90.cu only.
 #pragma once
 #include <stdint.h>
+#include <cuda.h>
 #include "bwd_common.cuh"
 
 namespace bl_bwd {
@@ -18,6 +19,9 @@ static_assert(KEYS_PER_WARP == 16, "each warp owns one m16 tile of keys");
 static_assert(BM == 64 && WARPS == 8, "the dQ product splits 64 rows x D over 8 warps as 4 x 2");
 
 struct bwd_params {
+    // Q and dO as (D, Sq, Hq, B) with (64, BM, 1, 1) boxes (tensor_map.cuh), for the kernels that
+    // load row tiles with TMA (D = 128 version 6); left unset otherwise.
+    CUtensorMap tm_q, tm_do;
     const void *q, *k, *v, *dout;
     void *dk, *dv;
     int64_t q_sb, q_ss, q_sh;

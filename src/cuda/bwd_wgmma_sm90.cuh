@@ -22,6 +22,7 @@
 #include "bwd_kernel_common.cuh"
 #include <type_traits>
 #include "bwd_ptx.cuh"
+#include "ptx_sm90.cuh"
 
 namespace bl_bwd {
 
@@ -40,7 +41,8 @@ struct wg_smem {
     static constexpr uint32_t DO = Q + 2 * BM * D * 2;        // 2 buffers of BM x D
     static constexpr uint32_t DS = DO + 2 * BM * D * 2;       // BM x BN: dS, 2 panels of BM rows
     static constexpr uint32_t ROWS = DS + BM * BN * 2;        // fp32 lse_log2[2][BM], dlt[2][BM]
-    static constexpr uint32_t USED = ROWS + 4 * BM * sizeof(float);
+    static constexpr uint32_t BARS = ROWS + 4 * BM * sizeof(float);  // 2 mbarriers (TMA rows)
+    static constexpr uint32_t USED = BARS + 2 * 8;
     static constexpr uint32_t BASE_ALIGN = 1024;              // the 128B swizzle period
     static constexpr size_t BYTES = USED + BASE_ALIGN;
     static_assert(K % 1024 == 0 && V % 1024 == 0 && Q % 1024 == 0 && DO % 1024 == 0 &&
@@ -88,12 +90,39 @@ __device__ __forceinline__ void wg_load_row_tile(const bwd_params &p, uint32_t s
     }
 }
 
+// Version 6 (TMA_ROWS): one thread loads each row tile with TMA -- Q and dO as D/64 swizzled
+// panels each, lse_log2 / Dlt as two bulk copies -- completing on the buffer's mbarrier, instead
+// of every thread issuing ~20 cp.async and their address math per entry (those cost ~11 % of
+// version 4: bench/results/bwd128-ablation-2026-11-29.txt).
+template <int D>
+__device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0, int buf,
+                                                int64_t b, int64_t h, int64_t m) {
+    using L = wg_smem<D>;
+    constexpr uint32_t TILE_BYTES = BM * D * 2;              // one Q or dO buffer
+    constexpr uint32_t PANEL_BYTES = BM * PANEL_ROW_BYTES;   // 64 columns of it
+    constexpr uint32_t ROW_BYTES = BM * sizeof(float);       // lse_log2 or Dlt of the tile
+    const uint32_t bar = s0 + L::BARS + 8 * buf;
+    mbarrier_arrive_expect_tx(bar, 2 * TILE_BYTES + 2 * ROW_BYTES);
+    const int row0 = (int)(m * BM);
+#pragma unroll
+    for (int panel = 0; panel < D / PANEL_COLS; ++panel) {
+        tma_load_4d(s0 + L::Q + buf * TILE_BYTES + panel * PANEL_BYTES, &p.tm_q, bar,
+                    panel * PANEL_COLS, row0, (int)h, (int)b);
+        tma_load_4d(s0 + L::DO + buf * TILE_BYTES + panel * PANEL_BYTES, &p.tm_do, bar,
+                    panel * PANEL_COLS, row0, (int)h, (int)b);
+    }
+    const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
+    bulk_load(s0 + L::ROWS + buf * ROW_BYTES, p.lse_log2 + rows, ROW_BYTES, bar);
+    bulk_load(s0 + L::ROWS + (2 + buf) * ROW_BYTES, p.dlt + rows, ROW_BYTES, bar);
+}
+
 // FUSED_DKV (version 4): the next entry's loads go out after this entry's S^T / dP^T issue; dK
 // issues right after dS without waiting for dV (P^T's packed registers stay live until the
 // tile's last wait); dS goes to shared memory with stmatrix.trans (4 per thread) instead of 32
 // 16-bit stores. false: version 3b, as measured in bench/notes-bwd.md.
-template <typename T, int D, bool FUSED_DKV>
-__global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params p) {
+template <typename T, int D, bool FUSED_DKV, bool TMA_ROWS>
+__global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_constant__ bwd_params p) {
+    static_assert(FUSED_DKV || !TMA_ROWS, "version 6 builds on version 4");
     using L = wg_smem<D>;
     constexpr int ROW_CHUNKS = D / CHUNK;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8
@@ -142,8 +171,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
         }
         e_cur = list[0];
         e_next = count > 1 ? list[1] : 0;
-        wg_load_row_tile<T, D>(p, s0, s_rows, 0, b, g * dm.group + e_cur / dm.tiles_m,
-                               e_cur % dm.tiles_m);
+        if (!TMA_ROWS) {
+            wg_load_row_tile<T, D>(p, s0, s_rows, 0, b, g * dm.group + e_cur / dm.tiles_m,
+                                   e_cur % dm.tiles_m);
+        } else if (threadIdx.x == 0) {
+            // The loop-top barrier publishes the initialisation to the other threads.
+            mbarrier_init(s0 + L::BARS, 1);
+            mbarrier_init(s0 + L::BARS + 8, 1);
+            fence_mbarrier_init();
+            wg_tma_row_tile<D>(p, s0, 0, b, g * dm.group + e_cur / dm.tiles_m, e_cur % dm.tiles_m);
+        }
     }
     bl_cp_async_commit();
 
@@ -162,6 +199,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
         // This tile has landed for every thread and every warp is done with iteration it-1:
         // Q / dO buffer buf^1 and the dS tile are free.
         __syncthreads();
+        // Version 6: buffer buf's k-th tile (entry it = 2k + buf) completes phase k.
+        if (TMA_ROWS) mbarrier_wait(s0 + L::BARS + 8 * buf, (uint32_t)(it >> 1) & 1u);
         // The next entry's loads into buffer buf^1 (~100 instructions of address math): version
         // 4 issues them after this tile's S^T / dP^T products, in their shadow.
         const int e_load = e_next;
@@ -205,9 +244,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const bwd_params 
         }
         bl_wgmma_commit();
         if (FUSED_DKV && it + 1 < count) {
-            wg_load_row_tile<T, D>(p, s0, s_rows, buf ^ 1, b, g * dm.group + e_load / tiles_m,
+            if (!TMA_ROWS) {
+                wg_load_row_tile<T, D>(p, s0, s_rows, buf ^ 1, b, g * dm.group + e_load / tiles_m,
+                                       e_load % tiles_m);
+                bl_cp_async_commit();
+            } else if (threadIdx.x == 0) {
+                wg_tma_row_tile<D>(p, s0, buf ^ 1, b, g * dm.group + e_load / tiles_m,
                                    e_load % tiles_m);
-            bl_cp_async_commit();
+            }
         }
         bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
         bl_reg_fence(s);

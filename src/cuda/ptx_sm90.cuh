@@ -170,6 +170,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void *tmap,
         : "memory");
 }
 
+// Bulk copy (no tensor map) of `bytes` (a multiple of 16, both addresses 16-byte aligned) from
+// global to shared memory, signalling `bar` with the byte count like tma_load_4d.
+__device__ __forceinline__ void bulk_load(uint32_t smem_dst, const void *gmem_src, uint32_t bytes,
+                                          uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            smem_dst),
+        "l"(gmem_src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
 // Warpgroup-wide register reallocation (sm_90a): the kernel needs a register cap at entry
 // (__launch_bounds__(threads, 1)); all warps of the warpgroup execute the same one.
 template <int REGS>
