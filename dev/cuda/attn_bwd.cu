@@ -13,8 +13,10 @@
 //        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu \
 //        src/select.c src/error.c
 // Run: ./attn_bwd check | ./attn_bwd small | ./attn_bwd bench
-// Head dim 64: `check` and `check64` run the shipped kernel (version 3, bwd_wgmma64p_sm90.cuh)
-// and version 1 (bwd_wgmma_sm90.cuh at D = 64) on every D = 64 case; `bench64` times both.
+// Every case runs the shipped kernel of its head dim, the same kernel with cp.async row tiles
+// (the library's fallback where TMA cannot describe Q / dO), the mma.sync kernel when built in,
+// and the previous version (D = 64: version 1 of bwd_wgmma_sm90.cuh; D = 128: version 3b).
+// `bench64` / `bench128` time the shipped kernel against its cp.async form.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,7 +336,7 @@ static bl_tensor dev_tensor(HostT &t, void *data) {
 static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_WGMMA64_V1) return "wg64v1";
     if (variant == BL_BWD_VARIANT_WGMMA128_V3B) return "wg128v3b";
-    if (variant == BL_BWD_VARIANT_WGMMA128_V4) return "wg128v4";
+    if (variant == BL_BWD_VARIANT_CPASYNC_ROWS) return "cpasync";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -375,8 +377,8 @@ static int run_case(const Case &c) {
     variants.push_back(BL_BWD_VARIANT_MMA);
 #endif
     variants.push_back(c.D == 64 ? BL_BWD_VARIANT_WGMMA64_V1 : BL_BWD_VARIANT_WGMMA128_V3B);
-    // D = 128 version 4: what the library runs where Q / dO cannot be described to TMA.
-    if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WGMMA128_V4);
+    // The shipped kernel without TMA: what the library runs where Q / dO cannot be described.
+    variants.push_back(BL_BWD_VARIANT_CPASYNC_ROWS);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -676,16 +678,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(what, "bench128") || !strcmp(what, "bench64")) {
-        // The earlier version of the head dim's kernel against the shipped one, dense, in
-        // alternating rounds; then the shipped one's sparse ratios on one shape.
+        // The shipped kernel of the head dim without TMA row tiles (CPASYNC_ROWS) against the
+        // shipped one, dense, in alternating rounds; then the shipped one's sparse ratios on one
+        // shape.
         const bool d128 = !strcmp(what, "bench128");
         const int D = d128 ? 128 : 64;
         struct Shape { int B, S, H, causal; };
         const Shape s128[4] = {{1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 24, 0}, {1, 32768, 24, 1}};
         const Shape s64[4] = {{4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
         const Shape *shapes = d128 ? s128 : s64;
-        const int vids[2] = {d128 ? BL_BWD_VARIANT_WGMMA128_V4 : BL_BWD_VARIANT_WGMMA64_V1,
-                             BL_BWD_VARIANT_WGMMA};
+        const int vids[2] = {BL_BWD_VARIANT_CPASYNC_ROWS, BL_BWD_VARIANT_WGMMA};
         double rate[4][2];
         g_full_sweep = 0;
         for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
@@ -701,8 +703,8 @@ int main(int argc, char **argv) {
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         if (d128) bench_shape(1, 16384, 16, 128, 1);
         else bench_shape(4, 4096, 16, 64, 0);
-        const char *older = d128 ? "wg128v4" : "wg64v1";
-        const char *shipped = d128 ? "v6" : "v3, paired";
+        const char *older = "cpasync";
+        const char *shipped = d128 ? "v6" : "v4, paired";
         printf("\nD=%d dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n", D);
         printf("| shape | %s | wgmma (shipped: %s) | shipped / %s |\n| --- | --- | --- | --- |\n",
                older, shipped, older);

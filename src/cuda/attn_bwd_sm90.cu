@@ -38,7 +38,7 @@ namespace bl_bwd {
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
-// tma_rows: p.tm_q / p.tm_do are valid (D = 128 then runs version 6, else version 4).
+// tma_rows: p.tm_q / p.tm_do are valid.
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cudaStream_t stream) {
 #ifdef BL_BWD_WITH_MMA_VARIANT
@@ -51,23 +51,24 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
         return BL_OK;
     }
 #endif
+    // The shipped kernels load their row tiles with TMA where the tensor maps could be made;
+    // else, and on request (CPASYNC_ROWS), with cp.async from every thread.
+    const bool tma = tma_rows && g_variant != BL_BWD_VARIANT_CPASYNC_ROWS;
     if (D == 64 && g_variant != BL_BWD_VARIANT_WGMMA64_V1) {
         const size_t smem = wg64p_smem::BYTES;
-        BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_wgmma64p_kernel<T>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        bwd_wgmma64p_kernel<T><<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
+        auto kernel = tma ? bwd_wgmma64p_kernel<T, true> : bwd_wgmma64p_kernel<T, false>;
+        BL_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        kernel<<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
         BL_CUDA_CHECK_LAUNCH("bwd_wgmma64p_kernel");
         return BL_OK;
     }
     // Version 3b at D = 64 (WGMMA64_V1) and on request at D = 128; at D = 128 version 6 (TMA row
-    // tiles) where the tensor maps could be made, else (or on request) version 4.
+    // tiles), or version 4 without TMA.
     auto kernel = bwd_wgmma_kernel<T, D, false, false>;
-    if constexpr (D == 128) {
-        if (g_variant == BL_BWD_VARIANT_WGMMA128_V4 || (g_variant == BL_BWD_VARIANT_WGMMA && !tma_rows))
-            kernel = bwd_wgmma_kernel<T, D, true, false>;
-        else if (g_variant == BL_BWD_VARIANT_WGMMA)
-            kernel = bwd_wgmma_kernel<T, D, true, true>;
-    }
+    if constexpr (D == 128)
+        if (g_variant != BL_BWD_VARIANT_WGMMA128_V3B)
+            kernel = tma ? bwd_wgmma_kernel<T, D, true, true> : bwd_wgmma_kernel<T, D, true, false>;
     const size_t smem = wg_smem<D>::BYTES;
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -165,7 +166,6 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
     const bool tma_rows =
-        d->head_dim == 128 &&
         bl_make_tensor_map(&p.tm_q, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
         bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16);
     bl_status st;

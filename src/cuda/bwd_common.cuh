@@ -64,13 +64,14 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //     iteration).
 //   WGMMA128_V3B: bwd_wgmma_sm90.cuh at head dim 128 as version 3b (dK waits for dV; 16-bit dS
 //     stores) instead of version 6.
-//   WGMMA128_V4: bwd_wgmma_sm90.cuh at head dim 128 as version 4 (row tiles by cp.async from
-//     every thread), which the library also runs where TMA cannot describe Q or dO.
+//   CPASYNC_ROWS: the shipped kernels with their row tiles loaded by cp.async from every thread
+//     instead of TMA (head dim 128: version 4; 64: the paired kernel as first measured), as the
+//     library runs them where TMA cannot describe Q or dO.
 enum {
     BL_BWD_VARIANT_WGMMA = 0,
     BL_BWD_VARIANT_MMA = 1,
     BL_BWD_VARIANT_WGMMA64_V1 = 2,
     BL_BWD_VARIANT_WGMMA128_V3B = 3,
-    BL_BWD_VARIANT_WGMMA128_V4 = 4
+    BL_BWD_VARIANT_CPASYNC_ROWS = 4
 };
 void bl_bwd_set_variant(int variant);

@@ -63,7 +63,8 @@ struct wg64p_smem {
     static constexpr uint32_t DS = DO + 2 * PANEL;     // dS: 2 buffers of 2 key panels x 128 rows
     static constexpr uint32_t DS_BUF = 2 * PANEL;
     static constexpr uint32_t ROWS = DS + 2 * DS_BUF;  // fp32 lse_log2[2][128], dlt[2][128]
-    static constexpr uint32_t USED = ROWS + 4 * PAIR_ROWS * sizeof(float);
+    static constexpr uint32_t BARS = ROWS + 4 * PAIR_ROWS * sizeof(float);  // 2 mbarriers (TMA)
+    static constexpr uint32_t USED = BARS + 2 * 8;
     static constexpr uint32_t BASE_ALIGN = 1024;
     static constexpr size_t BYTES = USED + BASE_ALIGN;
     static_assert(BN == PAIR_ROWS, "K / V and a pair of Q tiles share the panel size");
@@ -130,6 +131,45 @@ __device__ __forceinline__ void wg64p_load_pair(const bwd_params &p, uint32_t s0
     }
 }
 
+// TMA_ROWS: the pair into buffer `buf` by one thread (thread 0), as version 6 at D = 128 does
+// (bwd_wgmma_sm90.cuh): per slot one 64-row box of Q and of dO -- an empty slot's box lies past
+// Sq, so TMA writes zeros -- and a live slot's lse_log2 / Dlt as bulk copies, all completing on
+// the buffer's mbarrier. An empty slot's lse / Dlt are filled by wg64p_fill_empty_rows.
+__device__ __forceinline__ void wg64p_tma_pair(const bwd_params &p, uint32_t s0, int buf,
+                                               int64_t b, const wg64p_entry (&e)[2]) {
+    using L = wg64p_smem;
+    constexpr uint32_t BOX_BYTES = BM * PANEL_ROW_BYTES;  // 64 rows x 64 columns
+    constexpr uint32_t ROW_BYTES = BM * sizeof(float);
+    const uint32_t bar = s0 + L::BARS + 8 * buf;
+    const int live = (int)e[0].live() + (int)e[1].live();
+    mbarrier_arrive_expect_tx(bar, 2 * 2 * BOX_BYTES + live * 2 * ROW_BYTES);
+    const int past_end = (int)p.dm.seqlen_q_pad;  // a row tile that is all outside Sq
+#pragma unroll
+    for (int slot = 0; slot < 2; ++slot) {
+        const int row0 = e[slot].live() ? e[slot].row0 : past_end;
+        const int h = e[slot].live() ? e[slot].h : 0;
+        tma_load_4d(s0 + L::Q + buf * L::PANEL + slot * BOX_BYTES, &p.tm_q, bar, 0, row0, h, (int)b);
+        tma_load_4d(s0 + L::DO + buf * L::PANEL + slot * BOX_BYTES, &p.tm_do, bar, 0, row0, h,
+                    (int)b);
+        if (e[slot].live()) {
+            const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
+            const uint32_t dst = s0 + L::ROWS + (buf * PAIR_ROWS + slot * BM) * sizeof(float);
+            bulk_load(dst, p.lse_log2 + rows, ROW_BYTES, bar);
+            bulk_load(dst + 2 * PAIR_ROWS * sizeof(float), p.dlt + rows, ROW_BYTES, bar);
+        }
+    }
+}
+// lse_log2 = +inf, Dlt = 0 for an empty second slot (threads 0..31, float4 each).
+__device__ __forceinline__ void wg64p_fill_empty_rows(float *s_rows, int buf,
+                                                      const wg64p_entry (&e)[2]) {
+    constexpr int ROW_VEC = BM / 4;
+    if (e[1].live() || threadIdx.x >= 2 * ROW_VEC) return;
+    const int which = threadIdx.x / ROW_VEC, c = threadIdx.x % ROW_VEC;
+    const float fill = which == 0 ? INFINITY : 0.0f;
+    *reinterpret_cast<float4 *>(s_rows + (which * 2 + buf) * PAIR_ROWS + BM + 4 * c) =
+        make_float4(fill, fill, fill, fill);
+}
+
 // dq of `mine` (64 query rows x 64 d, this warpgroup's accumulator fragment) into the fp32
 // accumulator with float4 reductions. Rows 16*(warp%4) + lg (+8); columns 8t + 2lt (+1). Lane
 // pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
@@ -178,8 +218,9 @@ __device__ __forceinline__ void wg64p_issue_dq(float (&dq)[32], uint32_t ds_buf,
     bl_wgmma_commit();
 }
 
-template <typename T>
-__global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_params p) {
+// TMA_ROWS (version 4): pairs loaded by wg64p_tma_pair instead of cp.async from every thread.
+template <typename T, bool TMA_ROWS>
+__global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;
     using L = wg64p_smem;
     constexpr int ROW_CHUNKS = D / CHUNK;
@@ -232,7 +273,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
         }
         cur[0] = wg64p_decode(p, (int)g, list[0]);
         cur[1] = wg64p_decode(p, (int)g, count > 1 ? list[1] : -1);
-        wg64p_load_pair<T>(p, s0, s_rows, 0, b, cur);
+        if (!TMA_ROWS) {
+            wg64p_load_pair<T>(p, s0, s_rows, 0, b, cur);
+        } else {
+            if (threadIdx.x == 0) {
+                // The loop-top barrier publishes the initialisation to the other threads.
+                mbarrier_init(s0 + L::BARS, 1);
+                mbarrier_init(s0 + L::BARS + 8, 1);
+                fence_mbarrier_init();
+                wg64p_tma_pair(p, s0, 0, b, cur);
+            }
+            wg64p_fill_empty_rows(s_rows, 0, cur);
+        }
         nxt0 = count > 2 ? list[2] : -1;
         nxt1 = count > 3 ? list[3] : -1;
     }
@@ -256,6 +308,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
         // dO buffer buf^1 is free, dS buffer buf^1 holds pair it-1's dS, and dS buffer buf is
         // free (pair it-2's dQ was waited for in iteration it-1).
         __syncthreads();
+        // TMA_ROWS: buffer buf's k-th pair (pair it = 2k + buf) completes phase k.
+        if (TMA_ROWS) mbarrier_wait(s0 + L::BARS + 8 * buf, (uint32_t)(it >> 1) & 1u);
         // Unconditional, so that the wait below provably retires it (a conditional issue made
         // ptxas serialize the products); at it == 0 it reads a dS buffer nobody wrote, and its
         // result is dropped (dq_entry is empty).
@@ -304,8 +358,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const bwd_para
         if (it + 1 < pairs) {
             next[0] = wg64p_decode(p, (int)g, nxt0);
             next[1] = wg64p_decode(p, (int)g, nxt1);
-            wg64p_load_pair<T>(p, s0, s_rows, buf ^ 1, b, next);
-            bl_cp_async_commit();
+            if (!TMA_ROWS) {
+                wg64p_load_pair<T>(p, s0, s_rows, buf ^ 1, b, next);
+                bl_cp_async_commit();
+            } else {
+                if (threadIdx.x == 0) wg64p_tma_pair(p, s0, buf ^ 1, b, next);
+                wg64p_fill_empty_rows(s_rows, buf ^ 1, next);
+            }
             nxt0 = 2 * it + 4 < count ? list[2 * it + 4] : -1;
             nxt1 = 2 * it + 5 < count ? list[2 * it + 5] : -1;
         }
