@@ -77,6 +77,18 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
     return BL_OK;
 }
 
+// dq_accum (B, Sq, Hq, D) fp32 to TMA as (D, Hq, Sq, B) with (32, 1, 16, 1) boxes: one warp's 16
+// rows x 32 columns, 128 bytes wide for the 128B swizzle.
+bool make_dq_accum_map(CUtensorMap *map, const bl_bwd_dims &dm, float *dq_accum) {
+    constexpr uint32_t BOX_COLS = 32, BOX_ROWS = 16;
+    const int64_t f = sizeof(float);
+    const int64_t dims[4] = {dm.head_dim, dm.heads_q, dm.seqlen_q, dm.batch};
+    const int64_t strides[3] = {dm.head_dim * f, dm.heads_q * dm.head_dim * f,
+                                dm.seqlen_q * dm.heads_q * dm.head_dim * f};
+    const uint32_t box[4] = {BOX_COLS, 1, BOX_ROWS, 1};
+    return bl_encode_tensor_map_4d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, dq_accum, dims, strides, box);
+}
+
 // The kernels move rows in 16-byte vectors: data 16-byte aligned, strides multiples of 8.
 bl_status check_vec_aligned(const char *name, bl_tensor t) {
     if (((uintptr_t)t.data & 15u) != 0 || t.stride_b % CHUNK || t.stride_s % CHUNK ||
@@ -167,7 +179,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
     const bool tma_rows =
         bl_make_tensor_map(&p.tm_q, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
-        bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16);
+        bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
+        make_dq_accum_map(&p.tm_dq, dm, ws.dq_accum);
     bl_status st;
     if (d->head_dim == 64)
         st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, num_cols, stream)

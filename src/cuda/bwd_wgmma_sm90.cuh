@@ -42,7 +42,12 @@ struct wg_smem {
     static constexpr uint32_t DS = DO + 2 * BM * D * 2;       // BM x BN: dS, 2 panels of BM rows
     static constexpr uint32_t ROWS = DS + BM * BN * 2;        // fp32 lse_log2[2][BM], dlt[2][BM]
     static constexpr uint32_t BARS = ROWS + 4 * BM * sizeof(float);  // 2 mbarriers (TMA rows)
-    static constexpr uint32_t USED = BARS + 2 * 8;
+    // Version 6: fp32 dQ staging for the TMA reduce, 2 buffers x 8 warps x (16 rows x 64
+    // columns) as two 16 x 32 boxes of 128-byte swizzled rows (p.tm_dq's box).
+    static constexpr uint32_t DQ_BOX = 16 * 32 * sizeof(float);
+    static constexpr uint32_t DQ_WARP = 2 * DQ_BOX;
+    static constexpr uint32_t DQS = (BARS + 2 * 8 + 1023) / 1024 * 1024;
+    static constexpr uint32_t USED = DQS + 2 * WARPS * DQ_WARP;
     static constexpr uint32_t BASE_ALIGN = 1024;              // the 128B swizzle period
     static constexpr size_t BYTES = USED + BASE_ALIGN;
     static_assert(K % 1024 == 0 && V % 1024 == 0 && Q % 1024 == 0 && DO % 1024 == 0 &&
@@ -395,7 +400,39 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
         bl_reg_fence(dq);
         bl_reg_fence(dsa);
         if (FUSED_DKV) bl_reg_fence(pa);
-        {
+        if (TMA_ROWS) {
+            // Version 6: warp w holds dQ rows 16(w%4) + lg (+8), columns 64wg + 8t + 2lt (+1),
+            // i.e. a 16 x 64 block. It stages the block as two swizzled 16 x 32 boxes and lane 0
+            // hands them to the copy engine as TMA reduce-adds (2 operations instead of 8 float4
+            // atomics per thread; the rows past Sq are skipped by TMA).
+            const int wq = warp & 3;
+            const uint32_t sdq = s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * L::DQ_WARP;
+            // The buffer's previous boxes went out two iterations ago: wait until they are read.
+            if (lane == 0) bulk_wait_group_read<1>();
+            __syncwarp();
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                // Column 8t + 2lt sits in box t / 4, 16-byte chunk 2(t % 4) + lt / 2, at byte
+                // 8(lt % 2) of it; row r's chunk c is stored at chunk c ^ (r % 8).
+                const uint32_t chunk = 2 * (t & 3) + (lt >> 1);
+                const uint32_t a = sdq + (t >> 2) * L::DQ_BOX + lg * 128 +
+                                   ((chunk ^ (uint32_t)lg) << 4) + (lt & 1) * 8;
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[4 * t + 0]),
+                             "f"(dq[4 * t + 1]) : "memory");
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 8 * 128),
+                             "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3]) : "memory");
+            }
+            bl_fence_proxy_async();  // the copy engine reads what the stores wrote
+            __syncwarp();
+            if (lane == 0) {
+                const int r = (int)(row0 + 16 * wq);
+#pragma unroll
+                for (int box = 0; box < 2; ++box)
+                    tma_reduce_add_4d(&p.tm_dq, sdq + box * L::DQ_BOX, 64 * wg + 32 * box, (int)h,
+                                      r, (int)b);
+                bulk_commit_group();
+            }
+        } else {
             // Rows 16*(warp%4) + lg (+8) of the 64-row tile; columns dh + 8t + 2lt (+1).
             const int qb = 16 * (warp & 3);
             const int dh = D == 128 ? 64 * wg : 0;
@@ -417,6 +454,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
             }
         }
     }
+    // The staged dQ must be read, and added, before the CTA's shared memory goes away.
+    if (TMA_ROWS && lane == 0) bulk_wait_group<0>();
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
 

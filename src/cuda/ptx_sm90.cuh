@@ -181,6 +181,31 @@ __device__ __forceinline__ void bulk_load(uint32_t smem_dst, const void *gmem_sr
         : "memory");
 }
 
+// TMA reduce: adds the fp32 box at `smem_src` (laid out as the map's box, with its swizzle)
+// into the global tensor at coordinates (c0 innermost .. c3); elements outside the tensor are
+// skipped. Joins this thread's next bulk group (bulk_commit_group).
+__device__ __forceinline__ void tma_reduce_add_4d(const void *tmap, uint32_t smem_src, int c0,
+                                                  int c1, int c2, int c3) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+        " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(tmap),
+        "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until at most N of this thread's bulk groups still read their shared-memory sources.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's bulk groups are still in flight (writes included).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Warpgroup-wide register reallocation (sm_90a): the kernel needs a register cap at entry
 // (__launch_bounds__(threads, 1)); all warps of the warpgroup execute the same one.
 template <int REGS>

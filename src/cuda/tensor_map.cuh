@@ -25,28 +25,44 @@ static PFN_cuTensorMapEncodeTiled_v12000 bl_tensor_map_encoder(void) {
     return fn;
 }
 
-// Describes a (B, S, H, D) tensor to TMA as (D, S, H, B) with a (64, box_rows, 1, 1) box -- one
-// 128-byte-wide panel of box_rows rows -- and the 128B swizzle that the wgmma descriptors expect.
-// Rows past S arrive as zeros. Returns false where TMA cannot take the tensor (a stride that is
-// not positive, no driver entry point); callers then use their cp.async kernels.
+// Encodes a 4-D tensor map (dims innermost first, strides in bytes of dims 1..3) with the 128B
+// swizzle. Returns false where TMA cannot take it (a stride that is not positive, no driver
+// entry point).
+static bool bl_encode_tensor_map_4d(CUtensorMap *map, CUtensorMapDataType type, void *data,
+                                    const int64_t (&dims)[4], const int64_t (&strides)[3],
+                                    const uint32_t (&box)[4]) {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = bl_tensor_map_encoder();
+    if (!encode) return false;
+    cuuint64_t d[4], st[3];
+    cuuint32_t bx[4], elem_strides[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 4; ++i) {
+        d[i] = (cuuint64_t)dims[i];
+        bx[i] = box[i];
+    }
+    for (int i = 0; i < 3; ++i) {
+        if (strides[i] <= 0) return false;
+        st[i] = (cuuint64_t)strides[i];
+    }
+    const CUresult r = encode(map, type, 4, data, d, st, bx, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
+// Describes a (B, S, H, D) 16-bit tensor to TMA as (D, S, H, B) with a (64, box_rows, 1, 1) box
+// -- one 128-byte-wide panel of box_rows rows -- and the 128B swizzle that the wgmma descriptors
+// expect. Rows past S arrive as zeros.
 static bool bl_make_tensor_map(CUtensorMap *map, bl_tensor t, int64_t batch, int64_t seqlen,
                                int64_t heads, int64_t head_dim, uint32_t box_rows, bool bf16) {
     constexpr uint32_t PANEL_COLS = 64;  // 128 bytes of 16-bit elements: the swizzle's row
-    PFN_cuTensorMapEncodeTiled_v12000 encode = bl_tensor_map_encoder();
-    if (!encode) return false;
     const int64_t elem = 2;
     // A stride of a dimension of size 1 is never used: give it a harmless valid value.
     const int64_t ss = seqlen == 1 ? head_dim : t.stride_s;
     const int64_t sh = heads == 1 ? head_dim : t.stride_h;
     const int64_t sb = batch == 1 ? head_dim : t.stride_b;
-    if (ss <= 0 || sh <= 0 || sb <= 0) return false;
-    cuuint64_t dims[4] = {(cuuint64_t)head_dim, (cuuint64_t)seqlen, (cuuint64_t)heads, (cuuint64_t)batch};
-    cuuint64_t strides[3] = {(cuuint64_t)(ss * elem), (cuuint64_t)(sh * elem), (cuuint64_t)(sb * elem)};
-    cuuint32_t box[4] = {PANEL_COLS, box_rows, 1, 1};
-    cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-    const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                              4, t.data, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS;
+    const int64_t dims[4] = {head_dim, seqlen, heads, batch};
+    const int64_t strides[3] = {ss * elem, sh * elem, sb * elem};
+    const uint32_t box[4] = {PANEL_COLS, box_rows, 1, 1};
+    return bl_encode_tensor_map_4d(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                   t.data, dims, strides, box);
 }
