@@ -12,10 +12,12 @@
 //   dV  += P^T dO                 (registers, for the whole list)
 //   dP^T = V dO^T; dS^T = P^T * (dP^T - Dlt)
 //   dK  += dS^T Q                 (registers; times scale at the end)
-//   dQ  += dS K                   (dS through shared memory; fp32 atomics into the workspace)
+//   dQ  += dS K                   (dS through shared memory; added into the workspace's fp32
+//                                  accumulator: TMA reduce-adds at head dim 128, atomics at 64)
 // Main kernels: wgmma; head dim 128 bwd_wgmma_sm90.cuh, head dim 64 bwd_wgmma64p_sm90.cuh (the
-// same steps on two list entries at a time). The earlier mma.sync kernel
-// (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
+// same steps on two list entries at a time). Both load their row tiles with TMA from one thread
+// where tensor maps can describe Q, dO and the dq accumulator, else with cp.async from every
+// thread. The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,7 +40,7 @@ namespace bl_bwd {
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
-// tma_rows: p.tm_q / p.tm_do are valid.
+// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid.
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cudaStream_t stream) {
 #ifdef BL_BWD_WITH_MMA_VARIANT
@@ -64,7 +66,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
         return BL_OK;
     }
     // Version 3b at D = 64 (WGMMA64_V1) and on request at D = 128; at D = 128 version 6 (TMA row
-    // tiles), or version 4 without TMA.
+    // tiles and dQ reduce-adds), or version 4 without TMA.
     auto kernel = bwd_wgmma_kernel<T, D, false, false>;
     if constexpr (D == 128)
         if (g_variant != BL_BWD_VARIANT_WGMMA128_V3B)

@@ -1,4 +1,6 @@
-// bwd_wgmma_sm90.cuh -- backward main kernel, version 3: warpgroup MMA (wgmma, sm_90a).
+// bwd_wgmma_sm90.cuh -- backward main kernel, versions 3b, 4 and 6: warpgroup MMA (wgmma, sm_90a).
+// Shipped: version 6 at head dim 128 (version 4 where TMA cannot be used); the others stay for
+// the dev checker's comparisons (bench/notes-bwd.md has each version's measurements).
 //
 // Same work split as version 2 (bwd_mma_sm90.cuh) -- one CTA per (b, kv head, 128-key tile),
 // 8 warps, dK / dV of the CTA's keys in registers for the whole list -- but each of the two
@@ -44,7 +46,8 @@ struct wg_smem {
     static constexpr uint32_t BARS = ROWS + 4 * BM * sizeof(float);  // 2 mbarriers (TMA rows)
     // Version 6: fp32 dQ staging for the TMA reduce, 2 buffers x 8 warps x (16 rows x 64
     // columns) as two 16 x 32 boxes of 128-byte swizzled rows (p.tm_dq's box).
-    static constexpr uint32_t DQ_BOX = 16 * 32 * sizeof(float);
+    static constexpr uint32_t DQ_BOX_ROWS = 16, DQ_BOX_COLS = 32;  // 32 fp32 = 128 bytes
+    static constexpr uint32_t DQ_BOX = DQ_BOX_ROWS * DQ_BOX_COLS * sizeof(float);
     static constexpr uint32_t DQ_WARP = 2 * DQ_BOX;
     static constexpr uint32_t DQS = (BARS + 2 * 8 + 1023) / 1024 * 1024;
     static constexpr uint32_t USED = DQS + 2 * WARPS * DQ_WARP;
@@ -98,7 +101,8 @@ __device__ __forceinline__ void wg_load_row_tile(const bwd_params &p, uint32_t s
 // Version 6 (TMA_ROWS): one thread loads each row tile with TMA -- Q and dO as D/64 swizzled
 // panels each, lse_log2 / Dlt as two bulk copies -- completing on the buffer's mbarrier, instead
 // of every thread issuing ~20 cp.async and their address math per entry (those cost ~11 % of
-// version 4: bench/results/bwd128-ablation-2026-11-29.txt).
+// version 4: bench/results/bwd128-ablation-2026-11-29.txt). Its dQ goes out as TMA reduce-adds
+// too (see the dQ step).
 template <int D>
 __device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0, int buf,
                                                 int64_t b, int64_t h, int64_t m) {
@@ -415,11 +419,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
                 // Column 8t + 2lt sits in box t / 4, 16-byte chunk 2(t % 4) + lt / 2, at byte
                 // 8(lt % 2) of it; row r's chunk c is stored at chunk c ^ (r % 8).
                 const uint32_t chunk = 2 * (t & 3) + (lt >> 1);
-                const uint32_t a = sdq + (t >> 2) * L::DQ_BOX + lg * 128 +
+                const uint32_t a = sdq + (t >> 2) * L::DQ_BOX + lg * PANEL_ROW_BYTES +
                                    ((chunk ^ (uint32_t)lg) << 4) + (lt & 1) * 8;
                 asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[4 * t + 0]),
                              "f"(dq[4 * t + 1]) : "memory");
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 8 * 128),
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 8 * PANEL_ROW_BYTES),
                              "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3]) : "memory");
             }
             bl_fence_proxy_async();  // the copy engine reads what the stores wrote
@@ -428,8 +432,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
                 const int r = (int)(row0 + 16 * wq);
 #pragma unroll
                 for (int box = 0; box < 2; ++box)
-                    tma_reduce_add_4d(&p.tm_dq, sdq + box * L::DQ_BOX, 64 * wg + 32 * box, (int)h,
-                                      r, (int)b);
+                    tma_reduce_add_4d(&p.tm_dq, sdq + box * L::DQ_BOX,
+                                      64 * wg + L::DQ_BOX_COLS * box, (int)h, r, (int)b);
                 bulk_commit_group();
             }
         } else {
