@@ -24,6 +24,8 @@
 // (1, 16384, 16, 64), +28-29 % on every D = 64 shape; FlashAttention-2 in the same run: 278.
 // The deferred dQ (bench/results/bwd64-v3dq-ab.txt, dev checker): 283.9 -> 327.6 TFLOP/s there,
 // +14-16 % on every D = 64 shape (one barrier fewer per pair, the reductions under S^T).
+// Version 4 (TMA_ROWS, shipped where TMA can describe Q and dO): thread 0 loads each pair with
+// TMA instead of every thread issuing cp.async (bench/results/bwd64-tma-run.txt: +3.8-6.2 %).
 // An odd list leaves the second slot of the last pair empty: its Q / dO rows are zero-filled and
 // its lse is +inf, so its P and dS are exactly 0, and its dq is not reduced.
 #pragma once
