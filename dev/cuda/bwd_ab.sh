@@ -7,22 +7,26 @@
 # racecheck; then bench64 / bench128 alternates new / old for ROUNDS rounds (each also times an
 # older kernel, unchanged in both builds: a yardstick for clock drift).
 # Usage (repo root, on the GPU machine): bash dev/cuda/bwd_ab.sh 64|128 OLD_HEADER [ROUNDS]
-# (AB_CHECKS= to time only.)
+# [OLD_OTHER_HEADER] (AB_CHECKS= to time only). OLD_OTHER_HEADER replaces the other head dim's
+# header in the "old" build too: needed when the change touched both (bwd_wgmma64p_sm90.cuh
+# includes bwd_wgmma_sm90.cuh).
 set -u
 D=$1
 OLD=$2
 ROUNDS=${3:-2}
+OTHER=${4:-}
 if [ "$D" = 64 ]; then
-    header=bwd_wgmma64p_sm90.cuh dir=build/dev64 flags="" bench=bench64
+    header=bwd_wgmma64p_sm90.cuh other=bwd_wgmma_sm90.cuh dir=build/dev64 flags="" bench=bench64
     # run_device_bwd.sh's exit status is its summary grep's, not the checks'
     bash dev/cuda/run_device_bwd.sh build64 ${AB_CHECKS-check64 sanitize64}
 else
-    header=bwd_wgmma_sm90.cuh dir=build/dev flags="-DBL_BWD_WITH_MMA_VARIANT -I dev/cuda" bench=bench128
+    header=bwd_wgmma_sm90.cuh other=bwd_wgmma64p_sm90.cuh dir=build/dev flags="-DBL_BWD_WITH_MMA_VARIANT -I dev/cuda" bench=bench128
     bash dev/cuda/run_device_bwd.sh build ${AB_CHECKS-check sanitize}
 fi
 [ -x $dir/attn_bwd ] || exit 1
 old=build/ab_old$D
 rm -rf $old && mkdir -p $old && cp -r src/cuda $old/cuda && cp "$OLD" $old/cuda/$header
+[ -z "$OTHER" ] || cp "$OTHER" $old/cuda/$other
 nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr \
     $flags -I include -I src -I $old/cuda -c $old/cuda/attn_bwd_sm90.cu -o $old/attn_bwd_sm90.o || exit 1
 objs=$(ls $dir/*.o | grep -v attn_bwd_sm90.o)

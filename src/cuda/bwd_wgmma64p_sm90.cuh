@@ -25,7 +25,8 @@
 // The deferred dQ (bench/results/bwd64-v3dq-ab.txt, dev checker): 283.9 -> 327.6 TFLOP/s there,
 // +14-16 % on every D = 64 shape (one barrier fewer per pair, the reductions under S^T).
 // Version 4 (TMA_ROWS, shipped where TMA can describe Q and dO): thread 0 loads each pair with
-// TMA instead of every thread issuing cp.async (bench/results/bwd64-tma-run.txt: +3.8-6.2 %).
+// TMA instead of every thread issuing cp.async (bench/results/bwd64-tma-run.txt: +3.8-6.2 %),
+// and each warp's dQ block goes out as 2 TMA reduce-adds instead of float4 atomics.
 // An odd list leaves the second slot of the last pair empty: its Q / dO rows are zero-filled and
 // its lse is +inf, so its P and dS are exactly 0, and its dq is not reduced.
 #pragma once
@@ -66,7 +67,10 @@ struct wg64p_smem {
     static constexpr uint32_t DS_BUF = 2 * PANEL;
     static constexpr uint32_t ROWS = DS + 2 * DS_BUF;  // fp32 lse_log2[2][128], dlt[2][128]
     static constexpr uint32_t BARS = ROWS + 4 * PAIR_ROWS * sizeof(float);  // 2 mbarriers (TMA)
-    static constexpr uint32_t USED = BARS + 2 * 8;
+    // TMA_ROWS: fp32 dQ staging for the TMA reduce-adds, one buffer per warp (the shared memory
+    // has no room for two).
+    static constexpr uint32_t DQS = (BARS + 2 * 8 + 1023) / 1024 * 1024;
+    static constexpr uint32_t USED = DQS + WARPS * DQ_WARP_BYTES;
     static constexpr uint32_t BASE_ALIGN = 1024;
     static constexpr size_t BYTES = USED + BASE_ALIGN;
     static_assert(BN == PAIR_ROWS, "K / V and a pair of Q tiles share the panel size");
@@ -176,10 +180,19 @@ __device__ __forceinline__ void wg64p_fill_empty_rows(float *s_rows, int buf,
 // accumulator with float4 reductions. Rows 16*(warp%4) + lg (+8); columns 8t + 2lt (+1). Lane
 // pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one row: even lt ->
 // row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
-__device__ __forceinline__ void wg64p_reduce_dq(const bwd_params &p, int64_t b, wg64p_entry mine,
-                                                const float (&dq)[32]) {
+// TMA_ROWS: as 2 TMA reduce-adds per warp instead (tma_reduce_dq_block).
+template <bool TMA_ROWS>
+__device__ __forceinline__ void wg64p_reduce_dq(const bwd_params &p, uint32_t s0, int64_t b,
+                                                wg64p_entry mine, const float (&dq)[32]) {
     constexpr int D = 64, ND = D / 8;
     if (!mine.live()) return;
+    if (TMA_ROWS) {
+        // One staging buffer per warp: its previous boxes (a pair ago) must have been read.
+        const int warp = threadIdx.x >> 5;
+        tma_reduce_dq_block<0>(p, s0 + wg64p_smem::DQS + warp * DQ_WARP_BYTES, dq, 0, mine.h,
+                               mine.row0 + 16 * (warp & 3), (int)b);
+        return;
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int lg = lane >> 2, lt = lane & 3;
     const bool odd = lt & 1;
@@ -341,7 +354,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
         bl_wgmma_commit();
         bl_wgmma_wait<1>();  // pair it-1's dQ is done; S^T may still run
         bl_reg_fence(dq);
-        wg64p_reduce_dq(p, b, dq_entry, dq);
+        wg64p_reduce_dq<TMA_ROWS>(p, s0, b, dq_entry, dq);
 #pragma unroll
         for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
         bl_reg_fence(ds);
@@ -468,8 +481,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
         wg64p_issue_dq<T>(dq, s0 + L::DS + ((pairs - 1) & 1) * L::DS_BUF, s0 + L::K, wg);
         bl_wgmma_wait<0>();
         bl_reg_fence(dq);
-        wg64p_reduce_dq(p, b, dq_entry, dq);
+        wg64p_reduce_dq<TMA_ROWS>(p, s0, b, dq_entry, dq);
     }
+    // The staged dQ must be read, and added, before the CTA's shared memory goes away.
+    if (TMA_ROWS && (threadIdx.x & 31) == 0) bulk_wait_group<0>();
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
 

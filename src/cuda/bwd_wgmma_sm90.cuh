@@ -33,6 +33,11 @@ constexpr uint32_t K16_BYTES_KMAJOR = 32;   // a k16 step inside a K-major panel
 constexpr uint32_t K16_BYTES_MNMAJOR = 16 * PANEL_ROW_BYTES;  // a k16 step of an MN-major operand
 constexpr int PANEL_COLS = 64;
 constexpr int WG_KEYS = 64;  // keys per warpgroup
+// dQ staging for the TMA reduce-adds: a warp's 16 x 64 fp32 block as two boxes of 16 rows x 32
+// columns (128 bytes: the 128B swizzle's row), the box of the p.tm_dq tensor map.
+constexpr uint32_t DQ_BOX_ROWS = 16, DQ_BOX_COLS = 32;
+constexpr uint32_t DQ_BOX_BYTES = DQ_BOX_ROWS * DQ_BOX_COLS * sizeof(float);
+constexpr uint32_t DQ_WARP_BYTES = 2 * DQ_BOX_BYTES;
 
 // Byte offsets from the kernel's 1024-aligned shared-memory base.
 template <int D>
@@ -44,13 +49,9 @@ struct wg_smem {
     static constexpr uint32_t DS = DO + 2 * BM * D * 2;       // BM x BN: dS, 2 panels of BM rows
     static constexpr uint32_t ROWS = DS + BM * BN * 2;        // fp32 lse_log2[2][BM], dlt[2][BM]
     static constexpr uint32_t BARS = ROWS + 4 * BM * sizeof(float);  // 2 mbarriers (TMA rows)
-    // Version 6: fp32 dQ staging for the TMA reduce, 2 buffers x 8 warps x (16 rows x 64
-    // columns) as two 16 x 32 boxes of 128-byte swizzled rows (p.tm_dq's box).
-    static constexpr uint32_t DQ_BOX_ROWS = 16, DQ_BOX_COLS = 32;  // 32 fp32 = 128 bytes
-    static constexpr uint32_t DQ_BOX = DQ_BOX_ROWS * DQ_BOX_COLS * sizeof(float);
-    static constexpr uint32_t DQ_WARP = 2 * DQ_BOX;
+    // Version 6: fp32 dQ staging for the TMA reduce-adds, 2 buffers x 8 warps.
     static constexpr uint32_t DQS = (BARS + 2 * 8 + 1023) / 1024 * 1024;
-    static constexpr uint32_t USED = DQS + 2 * WARPS * DQ_WARP;
+    static constexpr uint32_t USED = DQS + 2 * WARPS * DQ_WARP_BYTES;
     static constexpr uint32_t BASE_ALIGN = 1024;              // the 128B swizzle period
     static constexpr size_t BYTES = USED + BASE_ALIGN;
     static_assert(K % 1024 == 0 && V % 1024 == 0 && Q % 1024 == 0 && DO % 1024 == 0 &&
@@ -123,6 +124,40 @@ __device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0
     const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
     bulk_load(s0 + L::ROWS + buf * ROW_BYTES, p.lse_log2 + rows, ROW_BYTES, bar);
     bulk_load(s0 + L::ROWS + (2 + buf) * ROW_BYTES, p.dlt + rows, ROW_BYTES, bar);
+}
+
+// A warp's dQ block -- rows 16(warp % 4) + lg (+8), columns 8t + 2lt (+1) of the accumulator
+// fragment dq[32], t = 0..7 -- into the fp32 accumulator at (columns col0.., q head h, rows
+// row.., batch b): staged at sdq (DQ_WARP_BYTES, 1024-aligned) as two swizzled boxes, added by
+// two TMA reduce-adds from lane 0 as one bulk group (rows past Sq are skipped by TMA). Lane 0's
+// bulk groups still reading staging other than sdq: at most PENDING.
+template <int PENDING>
+__device__ __forceinline__ void tma_reduce_dq_block(const bwd_params &p, uint32_t sdq,
+                                                    const float (&dq)[32], int col0, int h,
+                                                    int row, int b) {
+    const int lane = threadIdx.x & 31, lg = lane >> 2, lt = lane & 3;
+    if (lane == 0) bulk_wait_group_read<PENDING>();  // sdq's previous boxes have been read
+    __syncwarp();
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        // Column 8t + 2lt sits in box t / 4, 16-byte chunk 2(t % 4) + lt / 2, at byte 8(lt % 2)
+        // of it; row r's chunk c is stored at chunk c ^ (r % 8).
+        const uint32_t chunk = 2 * (t & 3) + (lt >> 1);
+        const uint32_t a = sdq + (t >> 2) * DQ_BOX_BYTES + lg * PANEL_ROW_BYTES +
+                           ((chunk ^ (uint32_t)lg) << 4) + (lt & 1) * 8;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[4 * t + 0]),
+                     "f"(dq[4 * t + 1]) : "memory");
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 8 * PANEL_ROW_BYTES),
+                     "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3]) : "memory");
+    }
+    bl_fence_proxy_async();  // the copy engine reads what the stores wrote
+    __syncwarp();
+    if (lane == 0) {
+#pragma unroll
+        for (int box = 0; box < 2; ++box)
+            tma_reduce_add_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row, b);
+        bulk_commit_group();
+    }
 }
 
 // FUSED_DKV (version 4): the next entry's loads go out after this entry's S^T / dP^T issue; dK
@@ -405,37 +440,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
         bl_reg_fence(dsa);
         if (FUSED_DKV) bl_reg_fence(pa);
         if (TMA_ROWS) {
-            // Version 6: warp w holds dQ rows 16(w%4) + lg (+8), columns 64wg + 8t + 2lt (+1),
-            // i.e. a 16 x 64 block. It stages the block as two swizzled 16 x 32 boxes and lane 0
-            // hands them to the copy engine as TMA reduce-adds (2 operations instead of 8 float4
-            // atomics per thread; the rows past Sq are skipped by TMA).
-            const int wq = warp & 3;
-            const uint32_t sdq = s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * L::DQ_WARP;
-            // The buffer's previous boxes went out two iterations ago: wait until they are read.
-            if (lane == 0) bulk_wait_group_read<1>();
-            __syncwarp();
-#pragma unroll
-            for (int t = 0; t < 8; ++t) {
-                // Column 8t + 2lt sits in box t / 4, 16-byte chunk 2(t % 4) + lt / 2, at byte
-                // 8(lt % 2) of it; row r's chunk c is stored at chunk c ^ (r % 8).
-                const uint32_t chunk = 2 * (t & 3) + (lt >> 1);
-                const uint32_t a = sdq + (t >> 2) * L::DQ_BOX + lg * PANEL_ROW_BYTES +
-                                   ((chunk ^ (uint32_t)lg) << 4) + (lt & 1) * 8;
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[4 * t + 0]),
-                             "f"(dq[4 * t + 1]) : "memory");
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 8 * PANEL_ROW_BYTES),
-                             "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3]) : "memory");
-            }
-            bl_fence_proxy_async();  // the copy engine reads what the stores wrote
-            __syncwarp();
-            if (lane == 0) {
-                const int r = (int)(row0 + 16 * wq);
-#pragma unroll
-                for (int box = 0; box < 2; ++box)
-                    tma_reduce_add_4d(&p.tm_dq, sdq + box * L::DQ_BOX,
-                                      64 * wg + L::DQ_BOX_COLS * box, (int)h, r, (int)b);
-                bulk_commit_group();
-            }
+            // Version 6: warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) goes out
+            // as 2 TMA reduce-adds instead of 8 float4 atomics per thread. Its staging buffer
+            // (buf) was last used two iterations ago: one newer bulk group may still read.
+            tma_reduce_dq_block<1>(p, s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES,
+                                   dq, 64 * wg, (int)h, (int)(row0 + 16 * (warp & 3)), (int)b);
         } else {
             // Rows 16*(warp%4) + lg (+8) of the 64-row tile; columns dh + 8t + 2lt (+1).
             const int qb = 16 * (warp & 3);
