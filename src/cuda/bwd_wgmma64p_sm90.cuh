@@ -304,6 +304,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
         nxt1 = count > 3 ? list[3] : -1;
     }
     bl_cp_async_commit();
+    if (TMA_ROWS) bl_cp_async_wait<0>();  // the K / V tiles; the loop-top barrier publishes them
 
     const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
     const int64_t key_room = dm.seqlen_k - key0;
@@ -317,7 +318,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
 
     for (int it = 0; it < pairs; ++it) {
         const int buf = it & 1;
-        bl_cp_async_wait<0>();
+        // With TMA_ROWS only the K / V tiles are cp.async groups, waited for before the loop:
+        // a wait_group 0 here would also wait for this thread's bulk groups (the dQ
+        // reduce-adds) to complete.
+        if (!TMA_ROWS) bl_cp_async_wait<0>();
         bl_fence_proxy_async();  // cp.async (and iteration it-1's stmatrix) wrote what wgmma reads
         // This pair has landed for every thread and every warp is done with iteration it-1: Q /
         // dO buffer buf^1 is free, dS buffer buf^1 holds pair it-1's dS, and dS buffer buf is

@@ -228,6 +228,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
     }
     bl_cp_async_commit();
 
+    if (TMA_ROWS) {  // the K / V tiles; the loop-top barrier publishes them
+        bl_cp_async_wait<0>();
+        bl_fence_proxy_async();
+    }
+
     // dS as the K-major A operand of dQ: element (query i, key j) of the BM x BN tile.
     unsigned char *sds = smem_base + L::DS;
 
@@ -238,8 +243,15 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
         const int buf = it & 1;
         const entry_t hl = e_cur / tiles_m, m = e_cur % tiles_m;
         const int64_t h = g * dm.group + hl;
-        bl_cp_async_wait<0>();
-        bl_fence_proxy_async();  // cp.async wrote what wgmma reads next
+        // cp.async wrote what wgmma reads next. Version 6 only has the K / V tiles in cp.async
+        // groups: it waits once, before the loop. This thread's bulk groups (version 6's dQ reduce-adds) share
+        // the scoreboard with cp.async groups, so a wait_group 0 here would also wait for the
+        // previous entry's reduce-adds to complete in L2 (12.9 % of the stall samples:
+        // bench/results/bwd128-ncu-src-s7.txt).
+        if (!TMA_ROWS) {
+            bl_cp_async_wait<0>();
+            bl_fence_proxy_async();
+        }
         // This tile has landed for every thread and every warp is done with iteration it-1:
         // Q / dO buffer buf^1 and the dS tile are free.
         __syncthreads();

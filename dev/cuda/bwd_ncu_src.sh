@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# bwd_ncu_src.sh -- where the backward's warps wait, per SASS instruction, and what the cuDNN
+# backward kernels it is measured against look like (grid, block, registers, shared memory,
+# throughput). One device call; needs build/dev from `bash dev/cuda/run_device_bwd.sh build`
+# (carry it: carry=["build/dev"]).
+# Usage (repo root, on the GPU machine): bash dev/cuda/bwd_ncu_src.sh [steps]
+# steps: src128 src64 (ncu source page, SASS with stall samples per instruction, as
+# $OUT/src-one*.csv.gz; summarise with dev/cuda/ncu_src_summary.py), details (the D = 128
+# kernel's memory / scheduler / warp-state sections), cudnn (every kernel of an SDPA cuDNN
+# backward at 1 x 8192 x 16 x 128). Default: all.
+set -u
+O=${OUT:-/tmp/bwd_ncu_src}
+mkdir -p "$O"
+STEPS=${*:-src128 src64 details cudnn}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+for mode in one one64; do
+    step=src128 k=bwd_wgmma_kernel
+    [ $mode = one64 ] && step=src64 k=bwd_wgmma64p_kernel
+    has $step || continue
+    # launch 3 of the run: caches and clocks warm
+    timeout 200 ncu --clock-control none -k regex:$k -s 2 -c 1 --section SourceCounters \
+        --section WarpStateStats --page source --print-source sass --csv \
+        ./build/dev/attn_bwd $mode > "$O/src-$mode.csv" 2>"$O/src-$mode.err"
+    echo "ncu $mode rc=$? $(wc -c < "$O/src-$mode.csv") bytes"
+    gzip -f "$O/src-$mode.csv"
+done
+if has details; then
+    timeout 120 ncu --clock-control none -k regex:bwd_wgmma_kernel -s 2 -c 1 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats \
+        --section WarpStateStats --section ComputeWorkloadAnalysis ./build/dev/attn_bwd one > "$O/bwd128-details.txt" 2>&1
+    echo "ncu details rc=$?"
+fi
+if has cudnn; then
+    cat > /tmp/cudnn_bwd_once.py <<'PY'
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+b, h, s, d = 1, 16, 8192, 128
+q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+g = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    out = F.scaled_dot_product_attention(q, k, v)
+    for i in range(2):
+        torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
+    torch.cuda.synchronize()
+PY
+    # every kernel (randn, forward, two backwards): names, launch shapes, duration, throughput
+    timeout 200 ncu --clock-control none -c 40 --section LaunchStats --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section Occupancy python3 /tmp/cudnn_bwd_once.py \
+        > "$O/cudnn-bwd-ncu.txt" 2>&1
+    echo "ncu cudnn rc=$?"
+    grep -E "^  [a-zA-Z_].*Context|Duration|Block Size|Grid Size|Registers Per|Dynamic Shared|Issue Slots|Compute \(SM\) Th" "$O/cudnn-bwd-ncu.txt" | cut -c1-160 | tail -60
+fi
