@@ -337,6 +337,7 @@ static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_WGMMA64_V1) return "wg64v1";
     if (variant == BL_BWD_VARIANT_WGMMA128_V3B) return "wg128v3b";
     if (variant == BL_BWD_VARIANT_CPASYNC_ROWS) return "cpasync";
+    if (variant == BL_BWD_VARIANT_WGMMA128_V6) return "wg128v6";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -379,6 +380,7 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 64 ? BL_BWD_VARIANT_WGMMA64_V1 : BL_BWD_VARIANT_WGMMA128_V3B);
     // The shipped kernel without TMA: what the library runs where Q / dO cannot be described.
     variants.push_back(BL_BWD_VARIANT_CPASYNC_ROWS);
+    if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WGMMA128_V6);  // shipped: version 8
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -678,16 +680,17 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(what, "bench128") || !strcmp(what, "bench64")) {
-        // The shipped kernel of the head dim without TMA row tiles (CPASYNC_ROWS) against the
-        // shipped one, dense, in alternating rounds; then the shipped one's sparse ratios on one
-        // shape.
+        // An older kernel against the shipped one, dense, in alternating rounds (head dim 128:
+        // version 6; 64: without TMA row tiles, CPASYNC_ROWS); then the shipped one's sparse
+        // ratios on one shape.
         const bool d128 = !strcmp(what, "bench128");
         const int D = d128 ? 128 : 64;
         struct Shape { int B, S, H, causal; };
         const Shape s128[4] = {{1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 24, 0}, {1, 32768, 24, 1}};
         const Shape s64[4] = {{4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
         const Shape *shapes = d128 ? s128 : s64;
-        const int vids[2] = {BL_BWD_VARIANT_CPASYNC_ROWS, BL_BWD_VARIANT_WGMMA};
+        const int vids[2] = {d128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_CPASYNC_ROWS,
+                             BL_BWD_VARIANT_WGMMA};
         double rate[4][2];
         g_full_sweep = 0;
         for (int r = 0; r < 2; ++r)  // two rounds, alternating kernels: drift shows up as spread
@@ -703,8 +706,8 @@ int main(int argc, char **argv) {
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         if (d128) bench_shape(1, 16384, 16, 128, 1);
         else bench_shape(4, 4096, 16, 64, 0);
-        const char *older = "cpasync";
-        const char *shipped = d128 ? "v6" : "v4, paired";
+        const char *older = d128 ? "v6" : "cpasync";
+        const char *shipped = d128 ? "v8" : "v4, paired";
         printf("\nD=%d dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n", D);
         printf("| shape | %s | wgmma (shipped: %s) | shipped / %s |\n| --- | --- | --- | --- |\n",
                older, shipped, older);

@@ -14,7 +14,7 @@ mkdir -p "$O"
 STEPS=${*:-src128 src64 details cudnn}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 for mode in one one64; do
-    step=src128 k=bwd_wgmma_kernel
+    step=src128 k="bwd_(wgmma|ws128)_kernel"
     [ $mode = one64 ] && step=src64 k=bwd_wgmma64p_kernel
     has $step || continue
     # launch 3 of the run: caches and clocks warm
@@ -25,7 +25,7 @@ for mode in one one64; do
     gzip -f "$O/src-$mode.csv"
 done
 if has details; then
-    timeout 120 ncu --clock-control none -k regex:bwd_wgmma_kernel -s 2 -c 1 --section SpeedOfLight \
+    timeout 120 ncu --clock-control none -k regex:"bwd_(wgmma|ws128)_kernel" -s 2 -c 1 --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats \
         --section WarpStateStats --section ComputeWorkloadAnalysis ./build/dev/attn_bwd one > "$O/bwd128-details.txt" 2>&1
     echo "ncu details rc=$?"

@@ -14,10 +14,11 @@
 //   dK  += dS^T Q                 (registers; times scale at the end)
 //   dQ  += dS K                   (dS through shared memory; added into the workspace's fp32
 //                                  accumulator: TMA reduce-adds at head dim 128, atomics at 64)
-// Main kernels: wgmma; head dim 128 bwd_wgmma_sm90.cuh, head dim 64 bwd_wgmma64p_sm90.cuh (the
-// same steps on two list entries at a time). Both load their row tiles with TMA from one thread
-// where tensor maps can describe Q, dO and the dq accumulator, else with cp.async from every
-// thread. The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
+// Main kernels: wgmma; head dim 128 bwd_ws128_sm90.cuh (a producer warpgroup issues the TMA
+// row-tile loads and dQ reduce-adds), head dim 64 bwd_wgmma64p_sm90.cuh (the same steps on two
+// list entries at a time, TMA issued by the consumer warps). Where tensor maps cannot describe
+// Q, dO and the dq accumulator, both run with cp.async row tiles from every thread (head dim 128:
+// bwd_wgmma_sm90.cuh version 4). The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -32,6 +33,8 @@
 #include "bwd_mma_sm90.cuh"
 #endif
 #include "bwd_wgmma_sm90.cuh"
+// Head dim 128 with TMA: version 8, version 6 with a producer warpgroup.
+#include "bwd_ws128_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements).
 #include "bwd_wgmma64p_sm90.cuh"
 
@@ -65,8 +68,18 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
         BL_CUDA_CHECK_LAUNCH("bwd_wgmma64p_kernel");
         return BL_OK;
     }
+    if constexpr (D == 128) {
+        if (tma && g_variant != BL_BWD_VARIANT_WGMMA128_V3B && g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
+            const size_t smem = wg_smem<D>::BYTES;
+            BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128_kernel<T>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            bwd_ws128_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(p);
+            BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel");
+            return BL_OK;
+        }
+    }
     // Version 3b at D = 64 (WGMMA64_V1) and on request at D = 128; at D = 128 version 6 (TMA row
-    // tiles and dQ reduce-adds), or version 4 without TMA.
+    // tiles and dQ reduce-adds) on request, or version 4 without TMA.
     auto kernel = bwd_wgmma_kernel<T, D, false, false>;
     if constexpr (D == 128)
         if (g_variant != BL_BWD_VARIANT_WGMMA128_V3B)

@@ -127,17 +127,11 @@ __device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0
 }
 
 // A warp's dQ block -- rows 16(warp % 4) + lg (+8), columns 8t + 2lt (+1) of the accumulator
-// fragment dq[32], t = 0..7 -- into the fp32 accumulator at (columns col0.., q head h, rows
-// row.., batch b): staged at sdq (DQ_WARP_BYTES, 1024-aligned) as two swizzled boxes, added by
-// two TMA reduce-adds from lane 0 as one bulk group (rows past Sq are skipped by TMA). Lane 0's
-// bulk groups still reading staging other than sdq: at most PENDING.
-template <int PENDING>
-__device__ __forceinline__ void tma_reduce_dq_block(const bwd_params &p, uint32_t sdq,
-                                                    const float (&dq)[32], int col0, int h,
-                                                    int row, int b) {
+// fragment dq[32], t = 0..7 -- staged at sdq (DQ_WARP_BYTES, 1024-aligned) as two 128B-swizzled
+// boxes of 16 rows x 32 columns, the boxes of the p.tm_dq tensor map. The caller makes sure no
+// reduce-add still reads sdq.
+__device__ __forceinline__ void dq_block_stage(uint32_t sdq, const float (&dq)[32]) {
     const int lane = threadIdx.x & 31, lg = lane >> 2, lt = lane & 3;
-    if (lane == 0) bulk_wait_group_read<PENDING>();  // sdq's previous boxes have been read
-    __syncwarp();
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
         // Column 8t + 2lt sits in box t / 4, 16-byte chunk 2(t % 4) + lt / 2, at byte 8(lt % 2)
@@ -152,12 +146,30 @@ __device__ __forceinline__ void tma_reduce_dq_block(const bwd_params &p, uint32_
     }
     bl_fence_proxy_async();  // the copy engine reads what the stores wrote
     __syncwarp();
-    if (lane == 0) {
+}
+
+// The block staged at sdq added into the fp32 accumulator at (columns col0.., q head h, rows
+// row.., batch b) by two TMA reduce-adds from the calling thread, as one bulk group (rows past
+// Sq are skipped by TMA).
+__device__ __forceinline__ void dq_block_reduce(const bwd_params &p, uint32_t sdq, int col0, int h,
+                                                int row, int b) {
 #pragma unroll
-        for (int box = 0; box < 2; ++box)
-            tma_reduce_add_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row, b);
-        bulk_commit_group();
-    }
+    for (int box = 0; box < 2; ++box)
+        tma_reduce_add_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row, b);
+    bulk_commit_group();
+}
+
+// Stage and reduce from the warp itself (lane 0 issues). Lane 0's bulk groups still reading
+// staging other than sdq: at most PENDING.
+template <int PENDING>
+__device__ __forceinline__ void tma_reduce_dq_block(const bwd_params &p, uint32_t sdq,
+                                                    const float (&dq)[32], int col0, int h,
+                                                    int row, int b) {
+    const bool lane0 = (threadIdx.x & 31) == 0;
+    if (lane0) bulk_wait_group_read<PENDING>();  // sdq's previous boxes have been read
+    __syncwarp();
+    dq_block_stage(sdq, dq);
+    if (lane0) dq_block_reduce(p, sdq, col0, h, row, b);
 }
 
 // FUSED_DKV (version 4): the next entry's loads go out after this entry's S^T / dP^T issue; dK

@@ -1,0 +1,321 @@
+// bwd_ws128_sm90.cuh -- backward main kernel version 8, head dim 128: version 6's math
+// (bwd_wgmma_sm90.cuh) with a producer warpgroup.
+//
+// Why: in version 6 the thread that issues a TMA (thread 0's row-tile loads, lane 0 of every
+// warp's two dQ reduce-adds) stalls until the copy engine takes the command, several hundred
+// cycles when the engine is busy with reduce-adds, and its warpgroup waits for it at the next
+// wgmma or barrier (5-6 % of the warp stall samples on the reduce issue alone, and most of the
+// barrier stalls: bench/results/bwd128-ncu-src-s7.txt).
+//
+// 384 threads, one CTA per (b, kv head, 128-key tile) as before:
+//   warpgroup 0, producer (24 registers): warp 0 loads each list entry's Q / dO / lse / Dlt with
+//     TMA into a two-buffer ring (FULL / EMPTY mbarriers); warp 1 issues the dQ reduce-adds of
+//     each entry once the consumers have staged it (DQFULL / DQEMPTY mbarriers, two staging
+//     buffers).
+//   warpgroups 1 and 2, consumers (240 registers): version 6's products, warpgroup 1 + wg owning
+//     keys 64wg..64wg+63; they synchronise among themselves with two named barriers (dS is
+//     shared: the dQ product reads both warpgroups' halves).
+#pragma once
+#include "bwd_wgmma_sm90.cuh"
+
+namespace bl_bwd {
+
+constexpr int WS_THREADS = THREADS + 128;   // producer warpgroup + the two consumer warpgroups
+constexpr int WS_PRODUCER_REGS = 24;        // 128 x (24 + 2 x 240) = 64512 <= 65536
+constexpr int WS_CONSUMER_REGS = 240;
+constexpr int WS_BAR_LOOP_TOP = 1;          // named barriers of the consumers (0 is __syncthreads)
+constexpr int WS_BAR_DS = 2;
+
+// mbarriers (8 bytes each) in wg_smem<128>'s BARS area; FULL is where version 6 keeps its two.
+struct ws_bars {
+    static constexpr uint32_t FULL = 0;      // [2] row tile landed (TMA transaction count)
+    static constexpr uint32_t EMPTY = 16;    // [2] row tile read by all 8 consumer warps
+    static constexpr uint32_t DQFULL = 32;   // [2] dQ staged by all 8 consumer warps
+    static constexpr uint32_t DQEMPTY = 48;  // [2] staging read by the reduce-adds
+    static constexpr uint32_t BYTES = 64;
+};
+static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for 8 mbarriers");
+
+template <typename T>
+__global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
+    constexpr int D = 128;
+    using L = wg_smem<D>;
+    constexpr int ROW_CHUNKS = D / CHUNK;
+    constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8
+    constexpr int ND = D / 8;    // n8 tiles of head dim (dK, dV)
+    constexpr int KSTEPS_D = D / 16;
+    constexpr uint32_t QPANEL = BM * PANEL_ROW_BYTES;
+    constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;
+    constexpr uint32_t TILE_BYTES = BM * D * 2;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
+        ~(uintptr_t)(L::BASE_ALIGN - 1));
+    const uint32_t s0 = bl_smem_addr(smem_base);
+    const uint32_t bars = s0 + L::BARS;
+    const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
+
+    const bl_bwd_dims &dm = p.dm;
+    const int64_t col = p.schedule[blockIdx.x];
+    const int64_t n = col % dm.tiles_n;
+    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
+    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int count = p.counts[col];
+    const int *list = p.lists + col * (dm.group * dm.tiles_m);
+    const int tiles_m = (int)dm.tiles_m;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; ++i) {
+            mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
+            mbarrier_init(bars + ws_bars::EMPTY + 8 * i, WARPS);
+            mbarrier_init(bars + ws_bars::DQFULL + 8 * i, WARPS);
+            mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    if (threadIdx.x < 128) {
+        // ---- producer warpgroup ----
+        setmaxnreg_dec<WS_PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            // Entry it into buffer it & 1 once entry it-2 has been read (parity trick: the
+            // first wait on each EMPTY passes at once).
+            for (int it = 0; it < count; ++it) {
+                const int buf = it & 1;
+                mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(it >> 1) & 1u) ^ 1u);
+                const int e = list[it];
+                wg_tma_row_tile<D>(p, s0, buf, b, g * dm.group + e / tiles_m, e % tiles_m);
+            }
+        } else if (threadIdx.x == 32) {
+            // Entry it's dQ, staged by the 8 consumer warps in staging buffer it & 1.
+            for (int it = 0; it < count; ++it) {
+                const int buf = it & 1;
+                mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(it >> 1) & 1u);
+                const int e = list[it];
+                const int h = (int)(g * dm.group) + e / tiles_m, row0 = (e % tiles_m) * BM;
+#pragma unroll 1
+                for (int w = 0; w < WARPS; ++w)
+                    dq_block_reduce(p, s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES,
+                                    64 * (w >> 2), h, row0 + 16 * (w & 3), (int)b);
+                // The staging may be rewritten once the copy engine has read it.
+                bulk_wait_group_read<0>();
+                mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
+            }
+            // The reduce-adds must complete before the CTA (and its shared memory) goes away.
+            bulk_wait_group<0>();
+        }
+        return;
+    }
+
+    // ---- consumer warpgroups ----
+    setmaxnreg_inc<WS_CONSUMER_REGS>();
+    const int ct = threadIdx.x - 128;            // consumer thread 0..255
+    const int lane = ct & 31, warp = ct >> 5;     // consumer warp 0..7
+    const int wg = warp >> 2;                     // keys 64wg..64wg+63
+    const int lg = lane >> 2, lt = lane & 3;
+    const int64_t key0 = n * BN;
+    const int kw = warp * KEYS_PER_WARP;
+
+    float dk_acc[ND * 4], dv_acc[ND * 4];
+#pragma unroll
+    for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
+
+    if (count > 0) {
+        const T *kp = static_cast<const T *>(p.k);
+        const T *vp = static_cast<const T *>(p.v);
+        for (int c = ct; c < BN * ROW_CHUNKS; c += THREADS) {
+            const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
+            const int64_t j = key0 + r;
+            const bool valid = j < dm.seqlen_k;
+            const int64_t jj = valid ? j : 0;
+            const uint32_t off = panel_offset<BN>(r, ch);
+            bl_cp_async16(s0 + L::K + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK,
+                          valid);
+            bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
+                          valid);
+        }
+        bl_cp_async_commit();
+        bl_cp_async_wait<0>();
+        bl_fence_proxy_async();  // cp.async wrote what wgmma reads; the loop-top barrier publishes
+    }
+
+    for (int it = 0; it < count; ++it) {
+        const int buf = it & 1;
+        const int e = list[it];
+        const int m = e % tiles_m;
+        // Every consumer warp is done with iteration it-1's dQ product: the dS tile is free.
+        named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+        mbarrier_wait(bars + ws_bars::FULL + 8 * buf, (uint32_t)(it >> 1) & 1u);
+
+        const uint32_t sQ = s0 + L::Q + buf * TILE_BYTES;
+        const uint32_t sdO = s0 + L::DO + buf * TILE_BYTES;
+        const float *lse2 = s_rows + buf * BM;
+        const float *dlt = s_rows + (2 + buf) * BM;
+
+        // ---- S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x 64 queries) ----
+        float s[NQ * 4], ds[NQ * 4];
+#pragma unroll
+        for (int x = 0; x < NQ * 4; ++x) s[x] = ds[x] = 0.0f;
+        bl_reg_fence(s);
+        bl_reg_fence(ds);
+        bl_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS_D; ++kk) {
+            const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            bl_wgmma_ss_n64<T, 0>(
+                s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
+        }
+        bl_wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS_D; ++kk) {
+            const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+            bl_wgmma_ss_n64<T, 0>(
+                ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
+        }
+        bl_wgmma_commit();
+        bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
+        bl_reg_fence(s);
+
+        // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
+        const int64_t row0 = (int64_t)m * BM;
+        const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
+        const bool need_mask = key0 + BN > dm.seqlen_k ||
+                               (p.causal && key0 + BN - 1 > row0 + diag);
+        const int64_t key_room = dm.seqlen_k - key0;
+        const int key_limit = key_room < BN ? (int)key_room : BN;
+        int64_t causal_room = row0 + diag - key0;
+        causal_room = causal_room > 2 * BN ? 2 * BN : causal_room;
+        causal_room = causal_room < -2 * BN ? -2 * BN : causal_room;
+        const int causal_limit = p.causal ? (int)causal_room : 2 * BN;
+#pragma unroll
+        for (int t = 0; t < NQ; ++t) {
+            const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+            s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
+            s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
+            s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
+            s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
+            if (need_mask) {
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
+                    const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
+                    if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
+                }
+            }
+        }
+
+        // ---- dV += P^T dO (P^T from registers) ----
+        uint32_t pa[BM / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks) {
+            pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+            pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+            pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+            pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+        }
+        bl_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                              bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        bl_wgmma_wait<1>();  // dP^T is done; dV may still run
+        bl_reg_fence(ds);
+
+        // ---- dS^T = P^T * (dP^T - Dlt) ----
+#pragma unroll
+        for (int t = 0; t < NQ; ++t) {
+            const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+            ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
+            ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
+            ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
+            ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
+        }
+        uint32_t dsa[BM / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks) {
+            dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
+            dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
+            dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
+            dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
+        }
+
+        // ---- dK += dS^T Q (registers), and dS to shared memory for dQ ----
+        bl_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BM / 16; ++ks)
+            bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
+                              bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        {
+            // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8); see
+            // version 4 for the stmatrix.trans fragment mapping.
+            const int q = lane >> 3, r = lane & 7;
+            const int chunk = 2 * (warp & 3) + (q & 1);
+            const uint32_t base = s0 + L::DS + wg * QPANEL +
+                                  (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
+                                  (uint32_t)((chunk ^ r) << 4);
+#pragma unroll
+            for (int ks = 0; ks < BM / 16; ++ks)
+                bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+        }
+        bl_fence_proxy_async();                    // the dS stores are read by wgmma next
+        named_barrier_sync(WS_BAR_DS, THREADS);    // every consumer warp's dS is in shared memory
+
+        // ---- dQ(64 x 64) = dS K: warpgroup wg takes d columns 64wg.., all 128 keys ----
+        float dq[32];
+#pragma unroll
+        for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
+        bl_reg_fence(dq);
+        bl_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks)
+            bl_wgmma_ss_n64<T, 1>(
+                dq,
+                bl_wgmma_desc(s0 + L::DS + (ks / 4) * QPANEL + (ks % 4) * K16_BYTES_KMAJOR, 16,
+                              BL_WGMMA_GROUP_BYTES),
+                bl_wgmma_desc(s0 + L::K + wg * KPANEL + ks * K16_BYTES_MNMAJOR, KPANEL,
+                              BL_WGMMA_GROUP_BYTES));
+        bl_wgmma_commit();
+        bl_wgmma_wait<0>();  // dV, dK and dQ are done: this warp no longer reads buffer buf
+        bl_reg_fence(dq);
+        bl_reg_fence(dsa);
+        bl_reg_fence(pa);
+        if (lane == 0) mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
+
+        // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
+        // buf, once entry it-2's reduce-adds have read it; the producer's warp 1 adds it.
+        mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf, ((uint32_t)(it >> 1) & 1u) ^ 1u);
+        dq_block_stage(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
+        if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * buf);
+    }
+    bl_reg_fence(dk_acc);
+    bl_reg_fence(dv_acc);
+
+    // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
+    T *dk = static_cast<T *>(p.dk);
+    T *dv = static_cast<T *>(p.dv);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t j = key0 + kw + lg + 8 * half;
+        if (j < dm.seqlen_k) {
+            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
+            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
+                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
+                                dk_acc[4 * t + 2 * half + 1] * p.scale);
+                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
+                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+            }
+        }
+    }
+}
+
+}  // namespace bl_bwd
