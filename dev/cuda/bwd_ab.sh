@@ -9,7 +9,8 @@
 # Usage (repo root, on the GPU machine): bash dev/cuda/bwd_ab.sh 64|128 OLD_HEADER [ROUNDS]
 # [OLD_OTHER_HEADER] (AB_CHECKS= to time only). OLD_OTHER_HEADER replaces the other head dim's
 # header in the "old" build too: needed when the change touched both (bwd_wgmma64p_sm90.cuh
-# includes bwd_wgmma_sm90.cuh).
+# includes bwd_wgmma_sm90.cuh). OLD_HEADER may also be a directory: each file in it replaces the
+# src/cuda file of the same name in the "old" build (e.g. `git show REV:src/cuda/X > DIR/X`).
 set -u
 D=$1
 OLD=$2
@@ -25,7 +26,8 @@ else
 fi
 [ -x $dir/attn_bwd ] || exit 1
 old=build/ab_old$D
-rm -rf $old && mkdir -p $old && cp -r src/cuda $old/cuda && cp "$OLD" $old/cuda/$header
+rm -rf $old && mkdir -p $old && cp -r src/cuda $old/cuda
+if [ -d "$OLD" ]; then cp "$OLD"/* $old/cuda/; else cp "$OLD" $old/cuda/$header; fi
 [ -z "$OTHER" ] || cp "$OTHER" $old/cuda/$other
 nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr \
     $flags -I include -I src -I $old/cuda -c $old/cuda/attn_bwd_sm90.cu -o $old/attn_bwd_sm90.o || exit 1

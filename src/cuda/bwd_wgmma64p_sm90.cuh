@@ -245,9 +245,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
     constexpr int KSTEPS_D = D / 16;
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
-        ~(uintptr_t)(L::BASE_ALIGN - 1));
+    unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
     const uint32_t s0 = bl_smem_addr(smem_base);
     float *s_rows = reinterpret_cast<float *>(smem_base + L::ROWS);
 

@@ -187,9 +187,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
     constexpr uint32_t QPANEL = BM * PANEL_ROW_BYTES;  // bytes of one panel of a Q / dO tile
     constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;  // bytes of one panel of a K / V tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
-        ~(uintptr_t)(L::BASE_ALIGN - 1));
+    unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
     const uint32_t s0 = bl_smem_addr(smem_base);
     float *s_rows = reinterpret_cast<float *>(smem_base + L::ROWS);
 

@@ -25,6 +25,9 @@ constexpr int WS_PRODUCER_REGS = 24;        // 128 x (24 + 2 x 240) = 64512 <= 6
 constexpr int WS_CONSUMER_REGS = 240;
 constexpr int WS_BAR_LOOP_TOP = 1;          // named barriers of the consumers (0 is __syncthreads)
 constexpr int WS_BAR_DS = 2;
+// Read each entry's lse_log2 / Dlt values from shared memory ahead of the wgmma wait whose
+// results they meet, so the loads' latency hides behind the products.
+constexpr bool WS_PRELOAD_ROWS = true;
 
 // mbarriers (8 bytes each) in wg_smem<128>'s BARS area; FULL is where version 6 keeps its two.
 struct ws_bars {
@@ -48,9 +51,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;
     constexpr uint32_t TILE_BYTES = BM * D * 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *smem_base = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + L::BASE_ALIGN - 1) &
-        ~(uintptr_t)(L::BASE_ALIGN - 1));
+    unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
     const uint32_t s0 = bl_smem_addr(smem_base);
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
@@ -178,6 +179,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
         }
         bl_wgmma_commit();
+        float2 lse_r[NQ];  // this thread's queries 8t + 2lt (+1)
+        if (WS_PRELOAD_ROWS)
+#pragma unroll
+            for (int t = 0; t < NQ; ++t) lse_r[t] = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
         bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
         bl_reg_fence(s);
 
@@ -194,7 +199,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         const int causal_limit = p.causal ? (int)causal_room : 2 * BN;
 #pragma unroll
         for (int t = 0; t < NQ; ++t) {
-            const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+            const float2 l = WS_PRELOAD_ROWS ? lse_r[t]
+                                             : *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
             s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
             s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
             s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
@@ -224,13 +230,18 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             bl_wgmma_rs<T, D>(dv_acc, pa[ks],
                               bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
+        float2 dlt_r[NQ];
+        if (WS_PRELOAD_ROWS)
+#pragma unroll
+            for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
         bl_wgmma_wait<1>();  // dP^T is done; dV may still run
         bl_reg_fence(ds);
 
         // ---- dS^T = P^T * (dP^T - Dlt) ----
 #pragma unroll
         for (int t = 0; t < NQ; ++t) {
-            const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+            const float2 dd = WS_PRELOAD_ROWS ? dlt_r[t]
+                                              : *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
             ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
             ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
             ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
