@@ -43,9 +43,13 @@ namespace bl_bwd {
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
-// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid.
+// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid. *dq_cols_permuted: the kernel launched
+// added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
+// postprocess undoes; the others add with atomics in the natural order.
 template <typename T, int D>
-bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cudaStream_t stream) {
+bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cudaStream_t stream,
+                      bool *dq_cols_permuted) {
+    *dq_cols_permuted = false;
 #ifdef BL_BWD_WITH_MMA_VARIANT
     if (g_variant == BL_BWD_VARIANT_MMA) {
         const size_t smem = smem_layout<D>::BYTES;
@@ -62,6 +66,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
     if (D == 64 && g_variant != BL_BWD_VARIANT_WGMMA64_V1) {
         const size_t smem = wg64p_smem::BYTES;
         auto kernel = tma ? bwd_wgmma64p_kernel<T, true> : bwd_wgmma64p_kernel<T, false>;
+        *dq_cols_permuted = tma;
         BL_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         kernel<<<(unsigned)num_cols, THREADS, smem, stream>>>(p);
@@ -75,6 +80,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             bwd_ws128_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(p);
             BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel");
+            *dq_cols_permuted = true;
             return BL_OK;
         }
     }
@@ -82,8 +88,10 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
     // tiles and dQ reduce-adds) on request, or version 4 without TMA.
     auto kernel = bwd_wgmma_kernel<T, D, false, false>;
     if constexpr (D == 128)
-        if (g_variant != BL_BWD_VARIANT_WGMMA128_V3B)
+        if (g_variant != BL_BWD_VARIANT_WGMMA128_V3B) {
             kernel = tma ? bwd_wgmma_kernel<T, D, true, true> : bwd_wgmma_kernel<T, D, true, false>;
+            *dq_cols_permuted = tma;
+        }
     const size_t smem = wg_smem<D>::BYTES;
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -197,13 +205,14 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
         make_dq_accum_map(&p.tm_dq, dm, ws.dq_accum);
     bl_status st;
+    bool perm = false;
     if (d->head_dim == 64)
-        st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, num_cols, stream)
-                  : launch_main<__half, 64>(p, tma_rows, num_cols, stream);
+        st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, num_cols, stream, &perm)
+                  : launch_main<__half, 64>(p, tma_rows, num_cols, stream, &perm);
     else
-        st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, num_cols, stream)
-                  : launch_main<__half, 128>(p, tma_rows, num_cols, stream);
+        st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, num_cols, stream, &perm)
+                  : launch_main<__half, 128>(p, tma_rows, num_cols, stream, &perm);
     if (st != BL_OK) return st;
 
-    return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, dq, &ws, stream);
+    return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, perm, dq, &ws, stream);
 }

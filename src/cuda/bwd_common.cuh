@@ -52,10 +52,12 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
-// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype.
+// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype; dq_cols_permuted: the main
+// kernel staged dQ for TMA reduce-adds, which stores each 8-column group as columns 0 2 4 6 1 3
+// 5 7 (bwd_wgmma_sm90.cuh, dq_block_stage).
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
-                                    bl_tensor dq, const bl_bwd_workspace *ws,
-                                    cudaStream_t stream);
+                                    bool dq_cols_permuted, bl_tensor dq,
+                                    const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.
 //   WGMMA: the shipped kernels (head dim 64: bwd_wgmma64p_sm90.cuh; 128: bwd_ws128_sm90.cuh,

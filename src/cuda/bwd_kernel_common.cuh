@@ -33,7 +33,7 @@ struct bwd_params {
     int64_t dv_sb, dv_ss, dv_sh;
     const float *lse_log2;  // (B, Hq, Sq_pad)
     const float *dlt;       // (B, Hq, Sq_pad)
-    float *dq_accum;        // (B, Sq, Hq, D) fp32
+    float *dq_accum;        // (B, Sq, Hq, D) fp32 (8-column groups permuted by dq_block_stage)
     const int *counts, *lists, *schedule;
     bl_bwd_dims dm;
     float scale;       // softmax scale (dK's factor)

@@ -144,11 +144,15 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     }
 }
 
-// dq: (B, Sq, Hq, D) in T with strides; dq_accum: (B, Sq, Hq, D) fp32 contiguous.
+// dq: (B, Sq, Hq, D) in T with strides; dq_accum: (B, Sq, Hq, D) fp32 contiguous, with the
+// columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where cols_permuted (what the
+// kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
-                          uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+                          bool cols_permuted, uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
+                          int64_t sh) {
+    static_assert(PP_VEC == 8, "one thread converts one 8-column group");
     constexpr int TPR = D / PP_VEC;
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -160,6 +164,10 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
     const float4 *acc = reinterpret_cast<const float4 *>(dq_accum + row * D + part * PP_VEC);
     float4 a0 = acc[0], a1 = acc[1];
     float v[PP_VEC] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    if (cols_permuted) {
+        v[1] = a1.x; v[2] = a0.y; v[3] = a1.y;
+        v[4] = a0.z; v[5] = a1.z; v[6] = a0.w; v[7] = a1.w;
+    }
     bl_vec16 o;
 #pragma unroll
     for (int e = 0; e < PP_VEC; ++e) o.h[e] = float_to_bits<T>(v[e] * scale);
@@ -181,12 +189,13 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
 }
 
 template <typename T, int D>
-static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_tensor dq,
-                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
+static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bool cols_permuted,
+                                   bl_tensor dq, const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     bl_bwd_postprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
-        dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
+        dm, scale, ws->dq_accum, cols_permuted, (uint16_t *)dq.data, dq.stride_b, dq.stride_s,
+        dq.stride_h);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_kernel");
     return BL_OK;
 }
@@ -203,12 +212,13 @@ bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_ten
 }
 
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
-                                    bl_tensor dq, const bl_bwd_workspace *ws,
-                                    cudaStream_t stream) {
+                                    bool dq_cols_permuted, bl_tensor dq,
+                                    const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
+    const bool perm = dq_cols_permuted;
     if (dm.head_dim == 64)
-        return bf16 ? postprocess_typed<__nv_bfloat16, 64>(dm, scale, dq, ws, stream)
-                    : postprocess_typed<__half, 64>(dm, scale, dq, ws, stream);
-    return bf16 ? postprocess_typed<__nv_bfloat16, 128>(dm, scale, dq, ws, stream)
-                : postprocess_typed<__half, 128>(dm, scale, dq, ws, stream);
+        return bf16 ? postprocess_typed<__nv_bfloat16, 64>(dm, scale, perm, dq, ws, stream)
+                    : postprocess_typed<__half, 64>(dm, scale, perm, dq, ws, stream);
+    return bf16 ? postprocess_typed<__nv_bfloat16, 128>(dm, scale, perm, dq, ws, stream)
+                : postprocess_typed<__half, 128>(dm, scale, perm, dq, ws, stream);
 }

@@ -74,6 +74,16 @@ __device__ __forceinline__ void bl_mma16816<__half>(float (&c)[4], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8x8 16-bit matrices stored as they are: register r[q] holds row l/4, 16-bit columns
+// 2(l%4), +1 of matrix q (one 32-bit word: word l%4 of the row's 16 bytes); lane l gives the
+// address of row l%8 of matrix l/8.
+static __device__ __forceinline__ void bl_stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1,
+                                                      uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 // Four 8x8 16-bit matrices, each stored transposed: register r[q] holds the m16n8k16 fragment of
 // matrix q (lane l: row l/4, columns 2(l%4), +1); lane l gives the address of stored row l%8 of
 // matrix l/8, which receives column l%8 of the fragment.

@@ -128,21 +128,25 @@ __device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0
 
 // A warp's dQ block -- rows 16(warp % 4) + lg (+8), columns 8t + 2lt (+1) of the accumulator
 // fragment dq[32], t = 0..7 -- staged at sdq (DQ_WARP_BYTES, 1024-aligned) as two 128B-swizzled
-// boxes of 16 rows x 32 columns, the boxes of the p.tm_dq tensor map. The caller makes sure no
-// reduce-add still reads sdq.
+// boxes of 16 rows x 32 columns, the boxes of the p.tm_dq tensor map, with the columns of every
+// 8-column group stored even ones first (0 2 4 6 1 3 5 7: DQ_COLS_PERMUTED, undone by the dq
+// postprocess). In that order each fp32 fragment register is one 32-bit word of an 8 x 4-word
+// matrix, so the block goes out as 8 stmatrix.x4 per thread instead of 16 64-bit stores
+// (the staging cost 12 % of version 8's time: bench/results/bwd128-v8-ablation.txt). The
+// caller makes sure no reduce-add still reads sdq.
 __device__ __forceinline__ void dq_block_stage(uint32_t sdq, const float (&dq)[32]) {
-    const int lane = threadIdx.x & 31, lg = lane >> 2, lt = lane & 3;
+    const int lane = threadIdx.x & 31;
+    // Matrix i = lane / 8 of each stmatrix: rows 8(i / 2) + 0..7 of the block, odd columns if
+    // i is odd, i.e. register dq[4t + i]; this lane addresses its row r = lane % 8.
+    const int i = lane >> 3, r = lane & 7;
+    const uint32_t row_base = sdq + (uint32_t)(8 * (i >> 1) + r) * PANEL_ROW_BYTES;
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
-        // Column 8t + 2lt sits in box t / 4, 16-byte chunk 2(t % 4) + lt / 2, at byte 8(lt % 2)
-        // of it; row r's chunk c is stored at chunk c ^ (r % 8).
-        const uint32_t chunk = 2 * (t & 3) + (lt >> 1);
-        const uint32_t a = sdq + (t >> 2) * DQ_BOX_BYTES + lg * PANEL_ROW_BYTES +
-                           ((chunk ^ (uint32_t)lg) << 4) + (lt & 1) * 8;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(dq[4 * t + 0]),
-                     "f"(dq[4 * t + 1]) : "memory");
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a + 8 * PANEL_ROW_BYTES),
-                     "f"(dq[4 * t + 2]), "f"(dq[4 * t + 3]) : "memory");
+        // n8 tile t: box t / 4, 16-byte chunk 2(t % 4) (+1 for the odd columns), swizzled by row.
+        const uint32_t chunk = (uint32_t)(2 * (t & 3) + (i & 1)) ^ (uint32_t)r;
+        bl_stmatrix_x4(row_base + (t >> 2) * DQ_BOX_BYTES + (chunk << 4),
+                       __float_as_uint(dq[4 * t + 0]), __float_as_uint(dq[4 * t + 1]),
+                       __float_as_uint(dq[4 * t + 2]), __float_as_uint(dq[4 * t + 3]));
     }
     bl_fence_proxy_async();  // the copy engine reads what the stores wrote
     __syncwarp();
