@@ -133,7 +133,9 @@ __device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0
 // postprocess). In that order each fp32 fragment register is one 32-bit word of an 8 x 4-word
 // matrix, so the block goes out as 8 stmatrix.x4 per thread instead of 16 64-bit stores
 // (the staging cost 12 % of version 8's time: bench/results/bwd128-v8-ablation.txt). The
-// caller makes sure no reduce-add still reads sdq.
+// caller makes sure no reduce-add still reads sdq. FENCE = false leaves the proxy fence that
+// must come before the copy engine reads the block (and the __syncwarp) to the caller.
+template <bool FENCE = true>
 __device__ __forceinline__ void dq_block_stage(uint32_t sdq, const float (&dq)[32]) {
     const int lane = threadIdx.x & 31;
     // Matrix i = lane / 8 of each stmatrix: rows 8(i / 2) + 0..7 of the block, odd columns if
@@ -148,8 +150,10 @@ __device__ __forceinline__ void dq_block_stage(uint32_t sdq, const float (&dq)[3
                        __float_as_uint(dq[4 * t + 0]), __float_as_uint(dq[4 * t + 1]),
                        __float_as_uint(dq[4 * t + 2]), __float_as_uint(dq[4 * t + 3]));
     }
-    bl_fence_proxy_async();  // the copy engine reads what the stores wrote
-    __syncwarp();
+    if (FENCE) {
+        bl_fence_proxy_async();  // the copy engine reads what the stores wrote
+        __syncwarp();
+    }
 }
 
 // The block staged at sdq added into the fp32 accumulator at (columns col0.., q head h, rows

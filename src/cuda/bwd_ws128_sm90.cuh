@@ -179,6 +179,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
         }
         bl_wgmma_commit();
+        if (it > 0) {
+            // Entry it-1's dQ, staged at the end of the last iteration, goes to the reducer now:
+            // its stores have long completed, so the proxy fence costs little here (right after
+            // the stores it waited for them, ~3 % of the time).
+            bl_fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * (buf ^ 1));
+        }
         float2 lse_r[NQ];  // this thread's queries 8t + 2lt (+1)
         if (WS_PRELOAD_ROWS)
 #pragma unroll
@@ -300,10 +308,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         if (lane == 0) mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
 
         // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
-        // buf, once entry it-2's reduce-adds have read it; the producer's warp 1 adds it.
+        // buf, once entry it-2's reduce-adds have read it; handed to the producer's warp 1 in
+        // the next iteration (or below, after the last).
         mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf, ((uint32_t)(it >> 1) & 1u) ^ 1u);
-        dq_block_stage(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
-        if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * buf);
+        dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
+    }
+    if (count > 0) {  // the last entry's staged dQ
+        bl_fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * ((count - 1) & 1));
     }
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
