@@ -338,6 +338,7 @@ static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_WGMMA128_V3B) return "wg128v3b";
     if (variant == BL_BWD_VARIANT_CPASYNC_ROWS) return "cpasync";
     if (variant == BL_BWD_VARIANT_WGMMA128_V6) return "wg128v6";
+    if (variant == BL_BWD_VARIANT_WGMMA64_V4) return "wg64v4";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -380,7 +381,8 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 64 ? BL_BWD_VARIANT_WGMMA64_V1 : BL_BWD_VARIANT_WGMMA128_V3B);
     // The shipped kernel without TMA: what the library runs where Q / dO cannot be described.
     variants.push_back(BL_BWD_VARIANT_CPASYNC_ROWS);
-    if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WGMMA128_V6);  // shipped: version 8
+    // The previous TMA kernels (shipped: version 8 at D = 128, version 5 at D = 64).
+    variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -680,8 +682,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(what, "bench128") || !strcmp(what, "bench64")) {
-        // An older kernel against the shipped one, dense, in alternating rounds (head dim 128:
-        // version 6; 64: without TMA row tiles, CPASYNC_ROWS); then the shipped one's sparse
+        // The previous TMA kernel against the shipped one (head dim 128: version 6 against 8; 64:
+        // version 4 against 5), dense, in alternating rounds; then the shipped one's sparse
         // ratios on one shape.
         const bool d128 = !strcmp(what, "bench128");
         const int D = d128 ? 128 : 64;
@@ -689,7 +691,7 @@ int main(int argc, char **argv) {
         const Shape s128[4] = {{1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 24, 0}, {1, 32768, 24, 1}};
         const Shape s64[4] = {{4, 4096, 16, 0}, {1, 16384, 16, 0}, {1, 16384, 16, 1}, {1, 32768, 16, 0}};
         const Shape *shapes = d128 ? s128 : s64;
-        const int vids[2] = {d128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_CPASYNC_ROWS,
+        const int vids[2] = {d128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4,
                              BL_BWD_VARIANT_WGMMA};
         double rate[4][2];
         g_full_sweep = 0;
@@ -706,8 +708,8 @@ int main(int argc, char **argv) {
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         if (d128) bench_shape(1, 16384, 16, 128, 1);
         else bench_shape(4, 4096, 16, 64, 0);
-        const char *older = d128 ? "v6" : "cpasync";
-        const char *shipped = d128 ? "v8" : "v4, paired";
+        const char *older = d128 ? "v6" : "v4";
+        const char *shipped = d128 ? "v8" : "v5, paired";
         printf("\nD=%d dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n", D);
         printf("| shape | %s | wgmma (shipped: %s) | shipped / %s |\n| --- | --- | --- | --- |\n",
                older, shipped, older);

@@ -14,11 +14,11 @@
 //   dK  += dS^T Q                 (registers; times scale at the end)
 //   dQ  += dS K                   (dS through shared memory; added into the workspace's fp32
 //                                  accumulator: TMA reduce-adds at head dim 128, atomics at 64)
-// Main kernels: wgmma; head dim 128 bwd_ws128_sm90.cuh (a producer warpgroup issues the TMA
-// row-tile loads and dQ reduce-adds), head dim 64 bwd_wgmma64p_sm90.cuh (the same steps on two
-// list entries at a time, TMA issued by the consumer warps). Where tensor maps cannot describe
-// Q, dO and the dq accumulator, both run with cp.async row tiles from every thread (head dim 128:
-// bwd_wgmma_sm90.cuh version 4). The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
+// Main kernels: wgmma, with a producer warpgroup that issues the TMA row-tile loads and the dQ
+// reduce-adds: head dim 128 bwd_ws128_sm90.cuh, head dim 64 bwd_ws64_sm90.cuh (the same steps on
+// two list entries at a time). Where tensor maps cannot describe Q, dO and the dq accumulator,
+// both run with cp.async row tiles from every thread and fp32 atomics (bwd_wgmma_sm90.cuh
+// version 4, bwd_wgmma64p_sm90.cuh). The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,8 +35,10 @@
 #include "bwd_wgmma_sm90.cuh"
 // Head dim 128 with TMA: version 8, version 6 with a producer warpgroup.
 #include "bwd_ws128_sm90.cuh"
-// Head dim 64: version 3, two list entries per iteration (see its header for the measurements).
+// Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
+// and with TMA version 5, the same with a producer warpgroup.
 #include "bwd_wgmma64p_sm90.cuh"
+#include "bwd_ws64_sm90.cuh"
 
 namespace bl_bwd {
 
@@ -63,6 +65,16 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
     // The shipped kernels load their row tiles with TMA where the tensor maps could be made;
     // else, and on request (CPASYNC_ROWS), with cp.async from every thread.
     const bool tma = tma_rows && g_variant != BL_BWD_VARIANT_CPASYNC_ROWS;
+    if (D == 64 && tma && g_variant != BL_BWD_VARIANT_WGMMA64_V1 &&
+        g_variant != BL_BWD_VARIANT_WGMMA64_V4) {
+        const size_t smem = wg64p_smem::BYTES;
+        BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64_kernel<T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        bwd_ws64_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(p);
+        BL_CUDA_CHECK_LAUNCH("bwd_ws64_kernel");
+        *dq_cols_permuted = true;
+        return BL_OK;
+    }
     if (D == 64 && g_variant != BL_BWD_VARIANT_WGMMA64_V1) {
         const size_t smem = wg64p_smem::BYTES;
         auto kernel = tma ? bwd_wgmma64p_kernel<T, true> : bwd_wgmma64p_kernel<T, false>;

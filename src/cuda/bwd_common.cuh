@@ -60,8 +60,8 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
                                     const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.
-//   WGMMA: the shipped kernels (head dim 64: bwd_wgmma64p_sm90.cuh; 128: bwd_ws128_sm90.cuh,
-//     or bwd_wgmma_sm90.cuh where TMA cannot be used).
+//   WGMMA: the shipped kernels (head dim 64: bwd_ws64_sm90.cuh; 128: bwd_ws128_sm90.cuh; where
+//     TMA cannot be used bwd_wgmma64p_sm90.cuh and bwd_wgmma_sm90.cuh).
 //   MMA: the mma.sync kernel, only in builds with -DBL_BWD_WITH_MMA_VARIANT (else WGMMA runs).
 //   WGMMA64_V1: bwd_wgmma_sm90.cuh (version 3b) at head dim 64 too (one list entry per
 //     iteration).
@@ -70,6 +70,8 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //   CPASYNC_ROWS: the shipped kernels with their row tiles loaded by cp.async from every thread
 //     instead of TMA (head dim 128: version 4; 64: the paired kernel as first measured), as the
 //     library runs them where TMA cannot describe Q or dO.
+//   WGMMA64_V4: head dim 64 as the paired kernel with TMA (bwd_wgmma64p_sm90.cuh version 4: no
+//     producer warpgroup) instead of version 5 (bwd_ws64_sm90.cuh).
 //   WGMMA128_V6: head dim 128 as version 6 (bwd_wgmma_sm90.cuh: no producer warpgroup, every
 //     warp issues its own dQ reduce-adds) instead of version 8 (bwd_ws128_sm90.cuh).
 enum {
@@ -78,6 +80,7 @@ enum {
     BL_BWD_VARIANT_WGMMA64_V1 = 2,
     BL_BWD_VARIANT_WGMMA128_V3B = 3,
     BL_BWD_VARIANT_CPASYNC_ROWS = 4,
-    BL_BWD_VARIANT_WGMMA128_V6 = 5
+    BL_BWD_VARIANT_WGMMA128_V6 = 5,
+    BL_BWD_VARIANT_WGMMA64_V4 = 6
 };
 void bl_bwd_set_variant(int variant);

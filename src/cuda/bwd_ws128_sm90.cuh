@@ -305,6 +305,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         bl_reg_fence(dq);
         bl_reg_fence(dsa);
         bl_reg_fence(pa);
+        __syncwarp();  // every lane's lse / Dlt reads of buffer buf come before the release
         if (lane == 0) mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
 
         // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
