@@ -2,7 +2,7 @@
 // (bwd_wgmma64p_sm90.cuh, two list entries per iteration, dQ of pair it-1 under pair it's S^T)
 // with a producer warpgroup, as version 8 does at head dim 128 (bwd_ws128_sm90.cuh):
 //   warpgroup 0, producer (24 registers): thread 0 loads each pair with TMA into a two-buffer ring
-//     (FULL / EMPTY mbarriers; it also fills an empty slot's lse / Dlt); thread 32 issues the dQ
+//     (FULL / EMPTY mbarriers; consumer warp 0 fills an empty slot's lse / Dlt); thread 32 issues the dQ
 //     reduce-adds of each pair once the consumers have staged them (DQFULL / DQEMPTY; one staging
 //     buffer: the shared memory has no room for two).
 //   warpgroups 1 and 2, consumers (240 registers): the paired kernel's products; a named barrier
@@ -14,6 +14,19 @@
 namespace bl_bwd {
 
 static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws_bars::BYTES, "room for 8 mbarriers");
+
+// lse_log2 = +inf, Dlt = 0 for the empty second slot of the pair in buffer `buf` (the last pair
+// of an odd list), by the 32 lanes of consumer warp 0 (lane: which array, 16-byte vector). The
+// consumers write it, not the producer: the loop-top named barrier then orders it against both
+// the reads of the buffer's previous pair and this pair's (compute-sanitizer racecheck does not
+// see the producer's mbarrier release as ordering generic stores).
+__device__ __forceinline__ void ws64_fill_empty(float *s_rows, int buf, int lane) {
+    constexpr int ROW_VEC = BM / 4;
+    const int which = lane / ROW_VEC, c = lane % ROW_VEC;
+    const float fill = which == 0 ? INFINITY : 0.0f;
+    *reinterpret_cast<float4 *>(s_rows + (which * 2 + buf) * PAIR_ROWS + BM + 4 * c) =
+        make_float4(fill, fill, fill, fill);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_constant__ bwd_params p) {
@@ -63,16 +76,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                 const wg64p_entry e[2] = {
                     wg64p_decode(p, (int)g, list[2 * it]),
                     wg64p_decode(p, (int)g, 2 * it + 1 < count ? list[2 * it + 1] : -1)};
-                if (!e[1].live()) {
-                    // An odd list's empty second slot: lse_log2 = +inf, Dlt = 0, written by the
-                    // thread whose arrive below publishes the buffer.
-                    float *rows = s_rows + buf * PAIR_ROWS + BM;
-                    for (int i = 0; i < BM; ++i) {
-                        rows[i] = INFINITY;
-                        rows[2 * PAIR_ROWS + i] = 0.0f;
-                    }
-                }
-                wg64p_tma_pair(p, s0, buf, b, e);
+                wg64p_tma_pair(p, s0, buf, b, e);  // an empty slot's lse / Dlt: see ws64_fill_empty
             }
         } else if (threadIdx.x == 32) {
             // Pair k's dQ, staged by the 8 consumer warps (warps 4s.. hold entry s's rows).
@@ -126,6 +130,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         }
         bl_cp_async_commit();
         bl_cp_async_wait<0>();
+        if (count == 1 && warp == 0) ws64_fill_empty(s_rows, 0, lane);  // pair 0 is odd
     }
 
     const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
@@ -185,6 +190,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                               16, BL_WGMMA_GROUP_BYTES),
                 bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
+        // The next pair is the last of an odd list: its empty slot's rows, into the other buffer
+        // (read by nobody since the loop-top barrier; published by the next one).
+        if (it + 1 < pairs && 2 * (it + 1) + 1 == count && warp == 0)
+            ws64_fill_empty(s_rows, buf ^ 1, lane);
         // Row starts of this pair's entries, for the masks (an empty slot's are never used: its
         // P is 0 through lse = +inf). Read here, under the products: list reads ahead of the dQ
         // issue made ptxas serialize dQ and S^T (C7517).
