@@ -32,7 +32,7 @@ constexpr bool WS_PRELOAD_ROWS = true;
 // mbarriers (8 bytes each) in wg_smem<128>'s BARS area; FULL is where version 6 keeps its two.
 struct ws_bars {
     static constexpr uint32_t FULL = 0;      // [2] row tile landed (TMA transaction count)
-    static constexpr uint32_t EMPTY = 16;    // [2] row tile read by all 8 consumer warps
+    static constexpr uint32_t EMPTY = 16;    // [2] row tile read by all 256 consumer threads
     static constexpr uint32_t DQFULL = 32;   // [2] dQ staged by all 8 consumer warps
     static constexpr uint32_t DQEMPTY = 48;  // [2] staging read by the reduce-adds
     static constexpr uint32_t BYTES = 64;
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; ++i) {
             mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
-            mbarrier_init(bars + ws_bars::EMPTY + 8 * i, WARPS);
+            mbarrier_init(bars + ws_bars::EMPTY + 8 * i, THREADS);  // every consumer thread
             mbarrier_init(bars + ws_bars::DQFULL + 8 * i, WARPS);
             mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
         }
@@ -305,8 +305,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         bl_reg_fence(dq);
         bl_reg_fence(dsa);
         bl_reg_fence(pa);
-        __syncwarp();  // every lane's lse / Dlt reads of buffer buf come before the release
-        if (lane == 0) mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
+        // Every consumer thread releases the buffer itself: its lse / Dlt reads then come before
+        // the producer's next TMA writes there in the order compute-sanitizer racecheck checks
+        // (one arrive per warp after a __syncwarp is reported as a WAR hazard).
+        mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
 
         // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
         // buf, once entry it-2's reduce-adds have read it; handed to the producer's warp 1 in
