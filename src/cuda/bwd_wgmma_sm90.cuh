@@ -1,6 +1,7 @@
 // bwd_wgmma_sm90.cuh -- backward main kernel, versions 3b, 4 and 6: warpgroup MMA (wgmma, sm_90a).
-// Shipped: version 6 at head dim 128 (version 4 where TMA cannot be used); the others stay for
-// the dev checker's comparisons (bench/notes-bwd.md has each version's measurements).
+// Shipped: version 4 at head dim 128 where TMA cannot be used (with TMA the library runs version
+// 8, bwd_ws128_sm90.cuh, built on version 6's math); versions 3b and 6 stay for the dev checker's
+// comparisons (bench/notes-bwd.md has each version's measurements).
 //
 // Same work split as version 2 (bwd_mma_sm90.cuh) -- one CTA per (b, kv head, 128-key tile),
 // 8 warps, dK / dV of the CTA's keys in registers for the whole list -- but each of the two
@@ -262,10 +263,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
         const entry_t hl = e_cur / tiles_m, m = e_cur % tiles_m;
         const int64_t h = g * dm.group + hl;
         // cp.async wrote what wgmma reads next. Version 6 only has the K / V tiles in cp.async
-        // groups: it waits once, before the loop. This thread's bulk groups (version 6's dQ reduce-adds) share
-        // the scoreboard with cp.async groups, so a wait_group 0 here would also wait for the
-        // previous entry's reduce-adds to complete in L2 (12.9 % of the stall samples:
-        // bench/results/bwd128-ncu-src-s7.txt).
+        // groups: it waits once, before the loop. This thread's bulk groups (version 6's dQ
+        // reduce-adds) share the scoreboard with cp.async groups, so a wait_group 0 here would
+        // also wait for the previous entry's reduce-adds to complete in L2 (12.9 % of the stall
+        // samples: bench/results/bwd128-ncu-src-s7.txt).
         if (!TMA_ROWS) {
             bl_cp_async_wait<0>();
             bl_fence_proxy_async();
