@@ -13,12 +13,13 @@
 //   dP^T = V dO^T; dS^T = P^T * (dP^T - Dlt)
 //   dK  += dS^T Q                 (registers; times scale at the end)
 //   dQ  += dS K                   (dS through shared memory; added into the workspace's fp32
-//                                  accumulator: TMA reduce-adds at head dim 128, atomics at 64)
+//                                  accumulator: TMA reduce-adds, or atomics without TMA)
 // Main kernels: wgmma, with a producer warpgroup that issues the TMA row-tile loads and the dQ
 // reduce-adds: head dim 128 bwd_ws128_sm90.cuh, head dim 64 bwd_ws64_sm90.cuh (the same steps on
 // two list entries at a time). Where tensor maps cannot describe Q, dO and the dq accumulator,
 // both run with cp.async row tiles from every thread and fp32 atomics (bwd_wgmma_sm90.cuh
-// version 4, bwd_wgmma64p_sm90.cuh). The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
+// version 4, bwd_wgmma64p_sm90.cuh). The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh)
+// is kept for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

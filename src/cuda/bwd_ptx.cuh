@@ -12,8 +12,6 @@ static __device__ __forceinline__ uint32_t bl_smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-// 16-byte global -> shared copy that bypasses L1; when `valid` is false nothing is read and the
-// 16 destination bytes are zero-filled (rows past the end of a sequence).
 // The dynamic shared memory `raw` rounded up to ALIGN bytes, computed by offsetting `raw` itself
 // so that the compiler still knows the pointer is shared: reads through it compile to LDS (a
 // pointer rebuilt from an integer compiles to generic LD, long-scoreboard latency right before
@@ -24,6 +22,8 @@ static __device__ __forceinline__ unsigned char *bl_smem_aligned(unsigned char *
     return raw + ((ALIGN - (a & (ALIGN - 1))) & (ALIGN - 1));
 }
 
+// 16-byte global -> shared copy that bypasses L1; when `valid` is false nothing is read and the
+// 16 destination bytes are zero-filled (rows past the end of a sequence).
 static __device__ __forceinline__ void bl_cp_async16(uint32_t dst, const void *src, bool valid) {
     int src_bytes = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
