@@ -37,6 +37,9 @@ extern "C" {
 // The backward's entry points ask bl_cuda_available() (defined with the forward, in
 // attn_fwd_sm90.cu, which this checker does not link). A weak stand-in: any linked strong
 // definition wins.
+#ifdef BL_BWD_TIMELINE
+extern "C" void bl_bwd_timeline_print(void);  // attn_bwd_sm90.cu, dev builds only
+#endif
 extern "C" __attribute__((weak)) int bl_cuda_available(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return 0;
@@ -381,7 +384,7 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 64 ? BL_BWD_VARIANT_WGMMA64_V1 : BL_BWD_VARIANT_WGMMA128_V3B);
     // The shipped kernel without TMA: what the library runs where Q / dO cannot be described.
     variants.push_back(BL_BWD_VARIANT_CPASYNC_ROWS);
-    // The previous TMA kernels (shipped: version 8 at D = 128, version 5 at D = 64).
+    // The previous TMA kernels (shipped: version 9 at D = 128, version 5 at D = 64).
     variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
@@ -660,6 +663,15 @@ static int check_tile_reference(void) {
 
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "check";
+#ifdef BL_BWD_TIMELINE
+    if (!strcmp(what, "timeline")) {  // one CTA's clock stamps in the shipped head-dim-128 kernel
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+        g_full_sweep = 0;
+        bench_shape(1, 8192, 16, 128, 0);
+        bl_bwd_timeline_print();
+        return 0;
+    }
+#endif
     if (!strcmp(what, "one") || !strcmp(what, "one64")) {  // short dense runs, for ncu
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         g_full_sweep = 0;

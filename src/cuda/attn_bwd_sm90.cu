@@ -34,7 +34,7 @@
 #include "bwd_mma_sm90.cuh"
 #endif
 #include "bwd_wgmma_sm90.cuh"
-// Head dim 128 with TMA: version 8, version 6 with a producer warpgroup.
+// Head dim 128 with TMA: version 9, version 6 with a producer warpgroup and the next S^T behind dQ.
 #include "bwd_ws128_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
 // and with TMA version 5, the same with a producer warpgroup.
@@ -88,7 +88,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
     }
     if constexpr (D == 128) {
         if (tma && g_variant != BL_BWD_VARIANT_WGMMA128_V3B && g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
-            const size_t smem = wg_smem<D>::BYTES;
+            const size_t smem = WS_SMEM_BYTES;
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             bwd_ws128_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(p);
@@ -229,3 +229,30 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
 
     return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, perm, dq, &ws, stream);
 }
+
+#ifdef BL_BWD_TIMELINE
+#include <stdio.h>
+// Dev only: prints the clock stamps bwd_ws128_kernel took in its CTA 0 during the last launch
+// (dev/cuda/attn_bwd.cu `timeline`): per point, the mean over entries 4..TL_ITERS-2 of the
+// stamp minus consumer warp 0's loop-top stamp of the same entry.
+extern "C" void bl_bwd_timeline_print(void) {
+    using namespace bl_bwd;
+    static unsigned tl[3][TL_ITERS][TL_POINTS];
+    if (cudaMemcpyFromSymbol(tl, bl_bwd_tl, sizeof(tl)) != cudaSuccess) return;
+    const char *names[3] = {"consumer wg 0", "consumer wg 1", "reducer     "};
+    const int npts[3] = {12, 12, 4};
+    double period = 0;
+    for (int it = 4; it < TL_ITERS - 1; ++it) period += (double)(tl[0][it + 1][0] - tl[0][it][0]);
+    period /= TL_ITERS - 5;
+    printf("timeline: mean entry period %.0f clocks (consumer wg 0, entries 4..%d)\n", period, TL_ITERS - 2);
+    for (int r = 0; r < 3; ++r) {
+        printf("  %s:", names[r]);
+        for (int i = 0; i < npts[r]; ++i) {
+            double m = 0;
+            for (int it = 4; it < TL_ITERS - 1; ++it) m += (double)(int)(tl[r][it][i] - tl[0][it][0]);
+            printf(" %6.0f", m / (TL_ITERS - 5));
+        }
+        printf("\n");
+    }
+}
+#endif

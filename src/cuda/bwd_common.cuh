@@ -73,7 +73,7 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //   WGMMA64_V4: head dim 64 as the paired kernel with TMA (bwd_wgmma64p_sm90.cuh version 4: no
 //     producer warpgroup) instead of version 5 (bwd_ws64_sm90.cuh).
 //   WGMMA128_V6: head dim 128 as version 6 (bwd_wgmma_sm90.cuh: no producer warpgroup, every
-//     warp issues its own dQ reduce-adds) instead of version 8 (bwd_ws128_sm90.cuh).
+//     warp issues its own dQ reduce-adds) instead of version 9 (bwd_ws128_sm90.cuh).
 enum {
     BL_BWD_VARIANT_WGMMA = 0,
     BL_BWD_VARIANT_MMA = 1,

@@ -211,46 +211,35 @@ __device__ __forceinline__ void bl_wgmma_ss_n64<__half, 1>(float (&d)[32], uint6
     BL_WGMMA_SS_N64("f16", 1);
 }
 
-// d[N/2] += A(registers: the m16n8k16 A fragment of this warp's 16 rows) * B(smem, MN-major);
-// m64nNk16 for N = 64 or 128.
-template <typename T, int N>
+// d[N/2] += A(registers: the m16n8k16 A fragment of this warp's 16 rows) * B(smem; MN-major
+// when TRANS_B == 1, the default, K-major when 0); m64nNk16 for N = 64 or 128.
+#define BL_WGMMA_RS_N64(TY, TB)                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " BL_REGS32        \
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, " #TB ";\n}\n"                        \
+                 : BL_ACC32(d)                                                                \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define BL_WGMMA_RS_N128(TY, TB)                                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                 \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " BL_REGS64       \
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, " #TB ";\n}\n"                        \
+                 : BL_ACC64(d)                                                                \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+template <typename T, int N, int TRANS_B = 1>
 static __device__ __forceinline__ void bl_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                                    uint64_t db);
-template <>
-__device__ __forceinline__ void bl_wgmma_rs<__nv_bfloat16, 64>(float (&d)[32],
-                                                               const uint32_t (&a)[4],
-                                                               uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " BL_REGS32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : BL_ACC32(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_rs<__half, 64>(float (&d)[32], const uint32_t (&a)[4],
-                                                        uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " BL_REGS32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : BL_ACC32(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_rs<__nv_bfloat16, 128>(float (&d)[64],
-                                                                const uint32_t (&a)[4],
-                                                                uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " BL_REGS64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : BL_ACC64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_rs<__half, 128>(float (&d)[64], const uint32_t (&a)[4],
-                                                         uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " BL_REGS64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : BL_ACC64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
+#define BL_WGMMA_RS_SPECIALIZE(T, TY, TB)                                                     \
+    template <>                                                                               \
+    __device__ __forceinline__ void bl_wgmma_rs<T, 64, TB>(float (&d)[32],                    \
+                                                           const uint32_t (&a)[4], uint64_t db) { \
+        BL_WGMMA_RS_N64(TY, TB);                                                              \
+    }                                                                                         \
+    template <>                                                                               \
+    __device__ __forceinline__ void bl_wgmma_rs<T, 128, TB>(float (&d)[64],                   \
+                                                            const uint32_t (&a)[4], uint64_t db) { \
+        BL_WGMMA_RS_N128(TY, TB);                                                             \
+    }
+BL_WGMMA_RS_SPECIALIZE(__nv_bfloat16, "bf16", 0)
+BL_WGMMA_RS_SPECIALIZE(__nv_bfloat16, "bf16", 1)
+BL_WGMMA_RS_SPECIALIZE(__half, "f16", 0)
+BL_WGMMA_RS_SPECIALIZE(__half, "f16", 1)

@@ -1,6 +1,6 @@
 // bwd_ws64_sm90.cuh -- backward main kernel version 5, head dim 64: the paired kernel's math
 // (bwd_wgmma64p_sm90.cuh, two list entries per iteration, dQ of pair it-1 under pair it's S^T)
-// with a producer warpgroup, as version 8 does at head dim 128 (bwd_ws128_sm90.cuh):
+// with a producer warpgroup, as versions 8 / 9 do at head dim 128 (bwd_ws128_sm90.cuh):
 //   warpgroup 0, producer (24 registers): thread 0 loads each pair with TMA into a two-buffer ring
 //     (FULL / EMPTY mbarriers; consumer warp 0 fills an empty slot's lse / Dlt); thread 32 issues the dQ
 //     reduce-adds of each pair once the consumers have staged them (DQFULL / DQEMPTY; one staging
