@@ -563,6 +563,7 @@ static double time_bwd(const bl_attn_desc &desc, bl_tensor q, bl_tensor k, bl_te
 
 static const char *g_vname = "wgmma";
 static int g_full_sweep = 1;  // 0: dense only
+static double g_sparse_only = -1;  // >= 0: of the sparse cases, only the random mask of this keep
 static double g_dense_tflops = 0;  // the last bench_shape's dense rate, for bench64's table
 static void bench_shape(int B, int S, int H, int D, int causal) {
     const bl_dtype dt = BL_DTYPE_BF16;
@@ -610,12 +611,18 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
     }
     const double keeps[] = {0.0, 0.01, 0.1, 0.5};
     for (double keep : keeps) {
+        if (g_sparse_only >= 0 && keep != g_sparse_only) continue;
         mask_kernel<<<1024, 256>>>(mask, ntile, keep, 99u);
         double t_s = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, mask, t[5],
                               t[6], t[7], reps);
         printf("bench %-5s B%d S%d H%d D%d %s mask keep %.2f: %8.3f ms  = %.4f x dense (bar %.4f)\n",
                g_vname, B, S, H, D, causal ? "causal" : "full  ", keep, t_s, t_s / dense,
                keep + 0.10);
+    }
+    if (g_sparse_only >= 0) {
+        for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
+        cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);
+        return;
     }
     // Selection path on banded W: the kept share comes out of the rule.
     banded_w_kernel<<<1024, 256>>>(W, (int64_t)B * H * Tm, (int)Tm, (int)Tn, 1.5f);
@@ -672,6 +679,12 @@ int main(int argc, char **argv) {
         return 0;
     }
 #endif
+    if (!strcmp(what, "sparse1")) {  // one sparse call per shape (random mask, keep 0.01), for ncu
+        g_sparse_only = 0.01;
+        bench_shape(1, 16384, 16, 128, 0);
+        bench_shape(1, 16384, 16, 128, 1);
+        return 0;
+    }
     if (!strcmp(what, "one") || !strcmp(what, "one64")) {  // short dense runs, for ncu
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         g_full_sweep = 0;

@@ -168,6 +168,30 @@ __device__ __forceinline__ void dq_block_reduce(const bwd_params &p, uint32_t sd
     bulk_commit_group();
 }
 
+// A warp's 16 x 64 dQ block (rows row.. + 16, columns col0.. + 64 of the fp32 accumulator;
+// fragment dq[32] as in dq_block_stage) added with 8 float4 atomics per thread, columns in
+// their natural order. Lane pairs (lt, lt^1) swap halves so that each lane holds 4 consecutive
+// columns of one row: even lt -> row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
+template <int D>
+__device__ __forceinline__ void dq_block_atomic_add(const bwd_params &p, const float (&dq)[32],
+                                                    int b, int h, int64_t row, int col0) {
+    const int lane = threadIdx.x & 31, lg = lane >> 2, lt = lane & 3;
+    const bool odd = lt & 1;
+    const int64_t i = row + lg + (odd ? 8 : 0);
+    float *dst = p.dq_accum + (((int64_t)b * p.dm.seqlen_q + i) * p.dm.heads_q + h) * D + col0 +
+                 2 * (lt & ~1);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
+        const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+        const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+        const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
+                             : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
+        if (i < p.dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
+    }
+}
+
 // Stage and reduce from the warp itself (lane 0 issues). Lane 0's bulk groups still reading
 // staging other than sdq: at most PENDING.
 template <int PENDING>
@@ -477,25 +501,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
             tma_reduce_dq_block<1>(p, s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES,
                                    dq, 64 * wg, (int)h, (int)(row0 + 16 * (warp & 3)), (int)b);
         } else {
-            // Rows 16*(warp%4) + lg (+8) of the 64-row tile; columns dh + 8t + 2lt (+1).
-            const int qb = 16 * (warp & 3);
-            const int dh = D == 128 ? 64 * wg : 0;
-            // Lane pairs (lt, lt^1) swap halves so each lane holds 4 consecutive columns of one
-            // row: even lt -> row lg, columns 2lt..2lt+3; odd lt -> row lg+8.
-            const bool odd = lt & 1;
-            const int64_t i = row0 + qb + lg + (odd ? 8 : 0);
-            float *dst = p.dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + dh +
-                         2 * (lt & ~1);
-#pragma unroll
-            for (int t = 0; t < 8; ++t) {
-                const float send0 = odd ? dq[4 * t + 0] : dq[4 * t + 2];
-                const float send1 = odd ? dq[4 * t + 1] : dq[4 * t + 3];
-                const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-                const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-                const float4 v = odd ? make_float4(got0, got1, dq[4 * t + 2], dq[4 * t + 3])
-                                     : make_float4(dq[4 * t + 0], dq[4 * t + 1], got0, got1);
-                if (i < dm.seqlen_q) atomicAdd(reinterpret_cast<float4 *>(dst + 8 * t), v);
-            }
+            dq_block_atomic_add<D>(p, dq, (int)b, (int)h, row0 + 16 * (warp & 3), D == 128 ? 64 * wg : 0);
         }
     }
     // The staged dQ must be read, and added, before the CTA's shared memory goes away.

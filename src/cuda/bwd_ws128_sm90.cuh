@@ -51,20 +51,20 @@ static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room fo
 
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`): SM clock stamps of one CTA's
 // first TL_ITERS entries, lane 0 of consumer warps 0 and 4 (row 0, 1) and the reducer (row 2).
-// The stamps sit under branches: when ptxas then reports C7517 / C7514 for the timeline build
-// the picture is distorted (version 9's build: 507 instead of 546 TFLOP/s); storing without a
-// branch, every thread to a sink, was worse (215).
+// Each stamp is one predicated store: a branch around it made ptxas serialise the products
+// (C7517) and distorted the picture (507 instead of 546 TFLOP/s).
 #ifdef BL_BWD_TIMELINE
 constexpr int TL_ITERS = 48, TL_POINTS = 12;
 __device__ unsigned bl_bwd_tl[3][TL_ITERS][TL_POINTS];
-#define BL_TL(row, i)                                                                 \
-    do {                                                                              \
-        if (blockIdx.x == 0 && it < TL_ITERS) bl_bwd_tl[row][it][i] = (unsigned)clock(); \
-    } while (0)
-#define BL_TLC(i)                                       \
-    do {                                                \
-        if (lane == 0 && (warp & 3) == 0) BL_TL(wg, i); \
-    } while (0)
+__device__ __forceinline__ void bl_tl_store(bool on, int row, int it, int i) {
+    unsigned *a = &bl_bwd_tl[row][it < TL_ITERS ? it : 0][i];
+    asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %0, 0;\n@p st.global.u32 [%1], %2;\n}\n" ::"r"(
+                     (unsigned)(on && blockIdx.x == 0 && it < TL_ITERS)),
+                 "l"(a), "r"((unsigned)clock())
+                 : "memory");
+}
+#define BL_TL(row, i) bl_tl_store(true, row, it, i)
+#define BL_TLC(i) bl_tl_store(lane == 0 && (warp & 3) == 0, wg, it, i)
 #else
 #define BL_TLC(i) \
     do {          \
@@ -227,11 +227,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             const float *dlt = s_rows + (2 + buf) * BM;
 
             // ---- dP^T = V dO^T (S^T was issued at the end of the last iteration) ----
-    #pragma unroll
+#pragma unroll
             for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
             bl_reg_fence(ds);
             bl_wgmma_fence();
-    #pragma unroll
+#pragma unroll
             for (int kk = 0; kk < KSTEPS_D; ++kk) {
                 const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
                 const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * (buf ^ 1));
             }
             float2 lse_r[NQ];  // this thread's queries 8t + 2lt (+1)
-    #pragma unroll
+#pragma unroll
             for (int t = 0; t < NQ; ++t) lse_r[t] = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
             BL_TLC(2);
             bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             causal_room = causal_room > 2 * BN ? 2 * BN : causal_room;
             causal_room = causal_room < -2 * BN ? -2 * BN : causal_room;
             const int causal_limit = p.causal ? (int)causal_room : 2 * BN;
-    #pragma unroll
+#pragma unroll
             for (int t = 0; t < NQ; ++t) {
                 const float2 l = lse_r[t];
                 s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
                 s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
                 if (need_mask) {
-    #pragma unroll
+#pragma unroll
                     for (int x = 0; x < 4; ++x) {
                         const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
                         const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
             // ---- dV += P^T dO (P^T from registers) ----
             uint32_t pa[BM / 16][4];
-    #pragma unroll
+#pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks) {
                 pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
                 pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
@@ -296,20 +296,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             }
             BL_TLC(4);
             bl_wgmma_fence();
-    #pragma unroll
+#pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
                 bl_wgmma_rs<T, D>(dv_acc, pa[ks],
                                   bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
             bl_wgmma_commit();
             float2 dlt_r[NQ];
-    #pragma unroll
+#pragma unroll
             for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
             bl_wgmma_wait<1>();  // dP^T is done; dV may still run
             bl_reg_fence(ds);
             BL_TLC(5);
 
             // ---- dS^T = P^T * (dP^T - Dlt) ----
-    #pragma unroll
+#pragma unroll
             for (int t = 0; t < NQ; ++t) {
                 const float2 dd = dlt_r[t];
                 ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
             }
             uint32_t dsa[BM / 16][4];
-    #pragma unroll
+#pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks) {
                 dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
                 dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
             // ---- dK += dS^T Q (registers), and dS to shared memory (buffer it & 1) for dQ ----
             bl_wgmma_fence();
-    #pragma unroll
+#pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
                 bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
                                   bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 const int chunk = 2 * (warp & 3) + (q & 1);
                 const uint32_t base = sDS + wg * QPANEL + (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
                                       (uint32_t)((chunk ^ r) << 4);
-    #pragma unroll
+#pragma unroll
                 for (int ks = 0; ks < BM / 16; ++ks)
                     bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
             }
@@ -354,11 +354,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
             // ---- dQ(64 x 64) = dS K: warpgroup wg takes d columns 64wg.., all 128 keys ----
             float dq[32];
-    #pragma unroll
+#pragma unroll
             for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
             bl_reg_fence(dq);
             bl_wgmma_fence();
-    #pragma unroll
+#pragma unroll
             for (int ks = 0; ks < BN / 16; ++ks)
                 bl_wgmma_ss_n64<T, 1>(
                     dq,

@@ -174,10 +174,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         bl_wgmma_commit();
         bl_wgmma_wait<1>();  // pair it-1's dQ is done; S^T may still run
         bl_reg_fence(dq);
-        if (it > 0) {  // pair it-1's dQ into the staging
-            dq_block_stage(sdq, dq);
-            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
-        }
+        if (it > 0) dq_block_stage<false>(sdq, dq);  // pair it-1's dQ into the staging
 #pragma unroll
         for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
         bl_reg_fence(ds);
@@ -190,6 +187,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                               16, BL_WGMMA_GROUP_BYTES),
                 bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
+        if (it > 0) {
+            // ... handed over once dP^T is issued: the proxy fence waits for the stores, which
+            // right after them cost 2 % (bench/results/bwd-s8-variants.txt, late64)
+            bl_fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
+        }
         // The next pair is the last of an odd list: its empty slot's rows, into the other buffer
         // (read by nobody since the loop-top barrier; published by the next one).
         if (it + 1 < pairs && 2 * (it + 1) + 1 == count && warp == 0)
