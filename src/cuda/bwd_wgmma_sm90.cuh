@@ -192,6 +192,34 @@ __device__ __forceinline__ void dq_block_atomic_add(const bwd_params &p, const f
     }
 }
 
+// The epilogue of every backward main kernel: a warp's 16 keys (key0w..key0w+15) of dK (times
+// scale) and dV from its wgmma accumulator fragments (rows lg, lg + 8; columns 8t + 2lt (+1);
+// lg = lane / 4, lt = lane % 4, passed in so that the kernels keep their own registers for them).
+template <typename T, int N>
+__device__ __forceinline__ void store_dk_dv(const bwd_params &p, const float (&dk_acc)[N],
+                                            const float (&dv_acc)[N], int64_t b, int64_t g,
+                                            int64_t key0w, int lg, int lt) {
+    constexpr int ND = N / 4;  // n8 tiles of head dim
+    T *dk = static_cast<T *>(p.dk);
+    T *dv = static_cast<T *>(p.dv);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t j = key0w + lg + 8 * half;
+        if (j < p.dm.seqlen_k) {
+            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
+            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
+#pragma unroll
+            for (int t = 0; t < ND; ++t) {
+                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
+                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
+                                dk_acc[4 * t + 2 * half + 1] * p.scale);
+                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
+                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+            }
+        }
+    }
+}
+
 // Stage and reduce from the warp itself (lane 0 issues). Lane 0's bulk groups still reading
 // staging other than sdq: at most PENDING.
 template <int PENDING>
@@ -509,25 +537,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
 
-    // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
-    T *dk = static_cast<T *>(p.dk);
-    T *dv = static_cast<T *>(p.dv);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int64_t j = key0 + kw + lg + 8 * half;
-        if (j < dm.seqlen_k) {
-            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
-            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
-#pragma unroll
-            for (int t = 0; t < ND; ++t) {
-                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
-                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
-                                dk_acc[4 * t + 2 * half + 1] * p.scale);
-                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
-                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
-            }
-        }
-    }
+    store_dk_dv<T>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
 }
 
 }  // namespace bl_bwd

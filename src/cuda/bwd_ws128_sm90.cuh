@@ -402,25 +402,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
 
-    // ---- epilogue: dK (times scale) and dV for this warp's 16 keys ----
-    T *dk = static_cast<T *>(p.dk);
-    T *dv = static_cast<T *>(p.dv);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int64_t j = key0 + kw + lg + 8 * half;
-        if (j < dm.seqlen_k) {
-            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
-            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
-#pragma unroll
-            for (int t = 0; t < ND; ++t) {
-                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
-                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
-                                dk_acc[4 * t + 2 * half + 1] * p.scale);
-                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
-                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
-            }
-        }
-    }
+    store_dk_dv<T>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
 }
 
 }  // namespace bl_bwd
