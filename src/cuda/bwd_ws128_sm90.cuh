@@ -202,7 +202,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
             const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
             bl_wgmma_ss_n64<T, 0>(
-                s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                s,
+                bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16,
+                              BL_WGMMA_GROUP_BYTES),
                 bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
         }
         bl_wgmma_commit();
@@ -236,22 +238,25 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
                 const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
                 bl_wgmma_ss_n64<T, 0>(
-                    ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                    ds,
+                    bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16,
+                                  BL_WGMMA_GROUP_BYTES),
                     bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
             }
             bl_wgmma_commit();
             BL_TLC(1);
             if (it > 0) {
-                // Entry it-1's dQ, staged at the end of the last iteration, goes to the reducer now:
-                // its stores have long completed, so the proxy fence costs little here (right after
-                // the stores it waited for them, ~3 % of the time).
+                // Entry it-1's dQ, staged at the end of the last iteration, goes to the reducer
+                // now: its stores have long completed, so the proxy fence costs little here (right
+                // after the stores it waited for them, ~3 % of the time).
                 bl_fence_proxy_async();
                 __syncwarp();
                 if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * (buf ^ 1));
             }
             float2 lse_r[NQ];  // this thread's queries 8t + 2lt (+1)
 #pragma unroll
-            for (int t = 0; t < NQ; ++t) lse_r[t] = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+            for (int t = 0; t < NQ; ++t)
+                lse_r[t] = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
             BL_TLC(2);
             bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
             bl_reg_fence(s);
@@ -299,11 +304,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 #pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
                 bl_wgmma_rs<T, D>(dv_acc, pa[ks],
-                                  bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+                                  bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL,
+                                                BL_WGMMA_GROUP_BYTES));
             bl_wgmma_commit();
             float2 dlt_r[NQ];
 #pragma unroll
-            for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+            for (int t = 0; t < NQ; ++t)
+                dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
             bl_wgmma_wait<1>();  // dP^T is done; dV may still run
             bl_reg_fence(ds);
             BL_TLC(5);
@@ -331,14 +338,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 #pragma unroll
             for (int ks = 0; ks < BM / 16; ++ks)
                 bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
-                                  bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+                                  bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL,
+                                                BL_WGMMA_GROUP_BYTES));
             bl_wgmma_commit();
             {
                 // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8); see
                 // version 4 for the stmatrix.trans fragment mapping.
                 const int q = lane >> 3, r = lane & 7;
                 const int chunk = 2 * (warp & 3) + (q & 1);
-                const uint32_t base = sDS + wg * QPANEL + (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
+                const uint32_t base = sDS + wg * QPANEL +
+                                      (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
                                       (uint32_t)((chunk ^ r) << 4);
 #pragma unroll
                 for (int ks = 0; ks < BM / 16; ++ks)
@@ -370,9 +379,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             bl_wgmma_wait<1>();  // dV and dK are done (dQ may still run): buffer buf is read
             bl_reg_fence(dsa);
             bl_reg_fence(pa);
-            // Every consumer thread releases the buffer itself: its lse / Dlt reads then come before
-            // the producer's next TMA writes there in the order compute-sanitizer racecheck checks
-            // (one arrive per warp after a __syncwarp is reported as a WAR hazard).
+            // Every consumer thread releases the buffer itself: its lse / Dlt reads then come
+            // before the producer's next TMA writes there in the order compute-sanitizer racecheck
+            // checks (one arrive per warp after a __syncwarp is reported as a WAR hazard).
             mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
             BL_TLC(8);
             m_next = e_ahead % tiles_m;
