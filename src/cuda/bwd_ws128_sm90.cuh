@@ -6,11 +6,12 @@
 // of every warp's two dQ reduce-adds) stalls until the copy engine takes the command, several
 // hundred cycles when the engine is busy with reduce-adds, and its warpgroup waits for it at the
 // next wgmma or barrier (bench/results/bwd128-ncu-src-s7.txt).
-// Why S^T early (version 9): a clock-stamp timeline of version 8 (bench/results/bwd128-v8-
-// timeline.txt) showed the tensor cores idle for ~870 of every ~4600 clocks between an entry's
-// dQ and the next entry's S^T (dQ wait, staging, the list read and the division by tiles_m, the
-// loop-top barrier, the FULL wait). Now the next S^T queues behind dQ; the list entry and its
-// query tile are read one entry ahead; a second dS buffer replaces the loop-top barrier.
+// Why S^T early (version 9): a clock-stamp timeline of version 8
+// (bench/results/bwd128-v8-timeline.txt) showed the tensor cores idle for ~870 of every ~4600
+// clocks between an entry's dQ and the next entry's S^T (dQ wait, staging, the list read and the
+// division by tiles_m, the loop-top barrier, the FULL wait). Now the next S^T queues behind dQ;
+// the list entry and its query tile are read one entry ahead; a second dS buffer replaces the
+// loop-top barrier (+5 %, bench/results/bwd128-v9-run.txt).
 //
 // 384 threads, one CTA per (b, kv head, 128-key tile):
 //   warpgroup 0, producer (24 registers): warp 0 loads each list entry's Q / dO / lse / Dlt with
