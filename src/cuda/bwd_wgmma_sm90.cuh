@@ -67,6 +67,26 @@ __device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
            (uint32_t)(((chunk & 7) ^ (row & 7)) << 4);
 }
 
+// cp.async of the CTA's K and V tiles (keys key0.., kv head g, batch b) as BN-row panels at sK /
+// sV, zero past Sk; thread `tid` of THREADS issues every THREADS-th 16-byte chunk. One commit
+// group, committed by the caller.
+template <typename T, int D>
+__device__ __forceinline__ void load_kv_tile(const bwd_params &p, uint32_t sK, uint32_t sV,
+                                             int64_t b, int64_t g, int64_t key0, int tid) {
+    constexpr int ROW_CHUNKS = D / CHUNK;
+    const T *kp = static_cast<const T *>(p.k);
+    const T *vp = static_cast<const T *>(p.v);
+    for (int c = tid; c < BN * ROW_CHUNKS; c += THREADS) {
+        const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
+        const int64_t j = key0 + r;
+        const bool valid = j < p.dm.seqlen_k;
+        const int64_t jj = valid ? j : 0;
+        const uint32_t off = panel_offset<BN>(r, ch);
+        bl_cp_async16(sK + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK, valid);
+        bl_cp_async16(sV + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK, valid);
+    }
+}
+
 // cp.async of list entry (h, m) into buffer `buf`: Q and dO rows as panels (zero past Sq) and
 // the padded per-row lse_log2 / Dlt.
 template <typename T, int D>
@@ -241,7 +261,6 @@ template <typename T, int D, bool FUSED_DKV, bool TMA_ROWS>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_constant__ bwd_params p) {
     static_assert(FUSED_DKV || !TMA_ROWS, "version 6 builds on version 4");
     using L = wg_smem<D>;
-    constexpr int ROW_CHUNKS = D / CHUNK;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8
     constexpr int ND = D / 8;    // n8 tiles of head dim (dK, dV)
     constexpr int KSTEPS_D = D / 16;
@@ -271,19 +290,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
 
     int e_cur = 0, e_next = 0;
     if (count > 0) {
-        const T *kp = static_cast<const T *>(p.k);
-        const T *vp = static_cast<const T *>(p.v);
-        for (int c = threadIdx.x; c < BN * ROW_CHUNKS; c += THREADS) {
-            const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
-            const int64_t j = key0 + r;
-            const bool valid = j < dm.seqlen_k;
-            const int64_t jj = valid ? j : 0;
-            const uint32_t off = panel_offset<BN>(r, ch);
-            bl_cp_async16(s0 + L::K + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK,
-                          valid);
-            bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
-                          valid);
-        }
+        load_kv_tile<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0, threadIdx.x);
         e_cur = list[0];
         e_next = count > 1 ? list[1] : 0;
         if (!TMA_ROWS) {

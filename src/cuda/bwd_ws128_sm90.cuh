@@ -79,7 +79,6 @@ template <typename T>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 128;
     using L = wg_smem<D>;
-    constexpr int ROW_CHUNKS = D / CHUNK;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8
     constexpr int ND = D / 8;    // n8 tiles of head dim (dK, dV)
     constexpr int KSTEPS_D = D / 16;
@@ -163,19 +162,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
 
     if (count > 0) {
-        const T *kp = static_cast<const T *>(p.k);
-        const T *vp = static_cast<const T *>(p.v);
-        for (int c = ct; c < BN * ROW_CHUNKS; c += THREADS) {
-            const int r = c / ROW_CHUNKS, ch = c % ROW_CHUNKS;
-            const int64_t j = key0 + r;
-            const bool valid = j < dm.seqlen_k;
-            const int64_t jj = valid ? j : 0;
-            const uint32_t off = panel_offset<BN>(r, ch);
-            bl_cp_async16(s0 + L::K + off, kp + b * p.k_sb + jj * p.k_ss + g * p.k_sh + ch * CHUNK,
-                          valid);
-            bl_cp_async16(s0 + L::V + off, vp + b * p.v_sb + jj * p.v_ss + g * p.v_sh + ch * CHUNK,
-                          valid);
-        }
+        load_kv_tile<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0, ct);
         bl_cp_async_commit();
         bl_cp_async_wait<0>();
         bl_fence_proxy_async();  // cp.async wrote what wgmma reads
