@@ -342,6 +342,7 @@ static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_CPASYNC_ROWS) return "cpasync";
     if (variant == BL_BWD_VARIANT_WGMMA128_V6) return "wg128v6";
     if (variant == BL_BWD_VARIANT_WGMMA64_V4) return "wg64v4";
+    if (variant == BL_BWD_VARIANT_WS128_FEW_CTAS) return "ws3cta";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -384,8 +385,10 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 64 ? BL_BWD_VARIANT_WGMMA64_V1 : BL_BWD_VARIANT_WGMMA128_V3B);
     // The shipped kernel without TMA: what the library runs where Q / dO cannot be described.
     variants.push_back(BL_BWD_VARIANT_CPASYNC_ROWS);
-    // The previous TMA kernels (shipped: version 9 at D = 128, version 5 at D = 64).
+    // The previous TMA kernels (shipped: version 10 at D = 128, version 5 at D = 64).
     variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
+    // The persistent head-dim-128 kernel on 3 CTAs: each walks several columns.
+    if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WS128_FEW_CTAS);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -734,7 +737,7 @@ int main(int argc, char **argv) {
         if (d128) bench_shape(1, 16384, 16, 128, 1);
         else bench_shape(4, 4096, 16, 64, 0);
         const char *older = d128 ? "v6" : "v4";
-        const char *shipped = d128 ? "v9" : "v5, paired";
+        const char *shipped = d128 ? "v10" : "v5, paired";
         printf("\nD=%d dense TFLOP/s (best of 2 rounds, each a median of 7 or 3)\n", D);
         printf("| shape | %s | wgmma (shipped: %s) | shipped / %s |\n| --- | --- | --- | --- |\n",
                older, shipped, older);

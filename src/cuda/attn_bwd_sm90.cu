@@ -34,7 +34,7 @@
 #include "bwd_mma_sm90.cuh"
 #endif
 #include "bwd_wgmma_sm90.cuh"
-// Head dim 128 with TMA: version 9, version 6 with a producer warpgroup and the next S^T behind dQ.
+// Head dim 128 with TMA: version 10: version 6 with a producer warpgroup, the next S^T behind dQ, persistent.
 #include "bwd_ws128_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
 // and with TMA version 5, the same with a producer warpgroup.
@@ -91,7 +91,13 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
             const size_t smem = WS_SMEM_BYTES;
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            bwd_ws128_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(p);
+            // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB).
+            int dev = 0, sms = 0;
+            BL_CUDA_CHECK(cudaGetDevice(&dev));
+            BL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
+            const int64_t grid = num_cols < ctas ? num_cols : ctas;
+            bwd_ws128_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
             BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel");
             *dq_cols_permuted = true;
             return BL_OK;

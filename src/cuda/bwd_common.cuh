@@ -73,7 +73,9 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //   WGMMA64_V4: head dim 64 as the paired kernel with TMA (bwd_wgmma64p_sm90.cuh version 4: no
 //     producer warpgroup) instead of version 5 (bwd_ws64_sm90.cuh).
 //   WGMMA128_V6: head dim 128 as version 6 (bwd_wgmma_sm90.cuh: no producer warpgroup, every
-//     warp issues its own dQ reduce-adds) instead of version 9 (bwd_ws128_sm90.cuh).
+//     warp issues its own dQ reduce-adds) instead of version 10 (bwd_ws128_sm90.cuh).
+//   WS128_FEW_CTAS: the shipped head-dim-128 kernel (persistent) on at most 3 CTAs instead of
+//     one per SM, so that small checks make each CTA walk several columns.
 enum {
     BL_BWD_VARIANT_WGMMA = 0,
     BL_BWD_VARIANT_MMA = 1,
@@ -81,6 +83,7 @@ enum {
     BL_BWD_VARIANT_WGMMA128_V3B = 3,
     BL_BWD_VARIANT_CPASYNC_ROWS = 4,
     BL_BWD_VARIANT_WGMMA128_V6 = 5,
-    BL_BWD_VARIANT_WGMMA64_V4 = 6
+    BL_BWD_VARIANT_WGMMA64_V4 = 6,
+    BL_BWD_VARIANT_WS128_FEW_CTAS = 7
 };
 void bl_bwd_set_variant(int variant);

@@ -1,6 +1,6 @@
-// bwd_ws128_sm90.cuh -- backward main kernel version 9, head dim 128: version 6's math
-// (bwd_wgmma_sm90.cuh) with a producer warpgroup (version 8), and entry it+1's S^T issued right
-// behind entry it's dQ.
+// bwd_ws128_sm90.cuh -- backward main kernel version 10, head dim 128: version 6's math
+// (bwd_wgmma_sm90.cuh) with a producer warpgroup (version 8), entry it+1's S^T issued right
+// behind entry it's dQ (version 9), and persistent CTAs (version 10).
 //
 // Why a producer: in version 6 the thread that issues a TMA (thread 0's row-tile loads, lane 0
 // of every warp's two dQ reduce-adds) stalls until the copy engine takes the command, several
@@ -12,8 +12,11 @@
 // division by tiles_m, the loop-top barrier, the FULL wait). Now the next S^T queues behind dQ;
 // the list entry and its query tile are read one entry ahead; a second dS buffer replaces the
 // loop-top barrier (+5 %, bench/results/bwd128-v9-run.txt).
+// Why persistent (version 10): one CTA per SM walks the schedule's columns in snake order, and
+// the producer loads a column's first row tiles while the consumers finish the last: +0.5 % at
+// 8k, +1.5 % at 16k non-causal, level at 16k causal (bench/results/bwd-s9-persistent.txt).
 //
-// 384 threads, one CTA per (b, kv head, 128-key tile):
+// 384 threads, one CTA per SM; a column is (b, kv head, 128-key tile):
 //   warpgroup 0, producer (24 registers): warp 0 loads each list entry's Q / dO / lse / Dlt with
 //     TMA into a two-buffer ring (FULL / EMPTY mbarriers); warp 1 issues the dQ reduce-adds of
 //     each entry once the consumers have staged it (DQFULL / DQEMPTY mbarriers, two staging
@@ -29,8 +32,9 @@ namespace bl_bwd {
 constexpr int WS_THREADS = THREADS + 128;   // producer warpgroup + the two consumer warpgroups
 constexpr int WS_PRODUCER_REGS = 24;        // 128 x (24 + 2 x 240) = 64512 <= 65536
 constexpr int WS_CONSUMER_REGS = 240;
-// Named barriers of the consumer warpgroups (0 is __syncthreads). Version 9 uses only WS_BAR_DS;
-// the head-dim-64 kernel (bwd_ws64_sm90.cuh) both.
+// Named barriers of the consumer warpgroups (0 is __syncthreads): WS_BAR_LOOP_TOP before a
+// column's K / V load (version 10; the head-dim-64 kernel bwd_ws64_sm90.cuh: once per entry),
+// WS_BAR_DS once per entry.
 constexpr int WS_BAR_LOOP_TOP = 1;
 constexpr int WS_BAR_DS = 2;
 // Shared memory: version 6's layout (wg_smem<128>) plus a second dS buffer at its end, so that
@@ -46,7 +50,8 @@ struct ws_bars {
     static constexpr uint32_t EMPTY = 16;    // [2] row tile read by all 256 consumer threads
     static constexpr uint32_t DQFULL = 32;   // [2] dQ staged by all 8 consumer warps
     static constexpr uint32_t DQEMPTY = 48;  // [2] staging read by the reduce-adds
-    static constexpr uint32_t BYTES = 64;
+    static constexpr uint32_t NEVER = 64;    // never arrived on: a parity-1 wait passes at once
+    static constexpr uint32_t BYTES = 72;
 };
 static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for 8 mbarriers");
 
@@ -92,13 +97,29 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
 
     const bl_bwd_dims &dm = p.dm;
-    const int64_t col = p.schedule[blockIdx.x];
-    const int64_t n = col % dm.tiles_n;
-    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
-    const int64_t b = col / (dm.tiles_n * dm.heads_k);
-    const int count = p.counts[col];
-    const int *list = p.lists + col * (dm.group * dm.tiles_m);
+    // Persistent: in round k, CTA x takes the column (b, kv head, 128-key tile) at schedule
+    // position k grid + x (k even) or k grid + grid - 1 - x (k odd). The schedule is heaviest
+    // first, so the snake order pairs a heavy column with a light one; plain striding (x, x + grid,
+    // ...) gave CTA 0 the heaviest of every round: 10 % slower at 16k causal. Every role walks the
+    // same sequence; the mbarrier rings run on over column boundaries (gi / gj count the CTA's
+    // entries so far), so the producer loads a column's first row tiles while the consumers
+    // finish the last one.
+    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const int tiles_m = (int)dm.tiles_m;
+    struct column {
+        int64_t b, g, n;
+        int count;
+        const int *list;
+    };
+    auto position = [&](int k) {
+        const int64_t x = (k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+        return (int64_t)k * gridDim.x + x;
+    };
+    auto decode = [&](int64_t c) {
+        const int64_t col = p.schedule[c];
+        return column{col / (dm.tiles_n * dm.heads_k), (col / dm.tiles_n) % dm.heads_k,
+                      col % dm.tiles_n, p.counts[col], p.lists + col * (dm.group * dm.tiles_m)};
+    };
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; ++i) {
@@ -107,6 +128,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             mbarrier_init(bars + ws_bars::DQFULL + 8 * i, WARPS);
             mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
         }
+        mbarrier_init(bars + ws_bars::NEVER, 1);
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -115,32 +137,40 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         // ---- producer warpgroup ----
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            // Entry it into buffer it & 1 once entry it-2 has been read (parity trick: the
-            // first wait on each EMPTY passes at once).
-            for (int it = 0; it < count; ++it) {
-                const int buf = it & 1;
-                mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(it >> 1) & 1u) ^ 1u);
-                const int e = list[it];
-                wg_tma_row_tile<D>(p, s0, buf, b, g * dm.group + e / tiles_m, e % tiles_m);
+            // The CTA's entry gi into buffer gi & 1 once entry gi-2 has been read (parity trick:
+            // the first wait on each EMPTY passes at once).
+            int gi = 0;
+            for (int k = 0; position(k) < num_cols; ++k) {
+                const column cl = decode(position(k));
+                for (int it = 0; it < cl.count; ++it, ++gi) {
+                    const int buf = gi & 1;
+                    mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                    const int e = cl.list[it];
+                    wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m, e % tiles_m);
+                }
             }
         } else if (threadIdx.x == 32) {
-            // Entry it's dQ, staged by the 8 consumer warps in staging buffer it & 1.
-            for (int it = 0; it < count; ++it) {
-                const int buf = it & 1;
-                BL_TL(2, 0);
-                mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(it >> 1) & 1u);
-                BL_TL(2, 1);
-                const int e = list[it];
-                const int h = (int)(g * dm.group) + e / tiles_m, row0 = (e % tiles_m) * BM;
+            // The CTA's entry gj's dQ, staged by the 8 consumer warps in staging buffer gj & 1.
+            int gj = 0;
+            for (int k = 0; position(k) < num_cols; ++k) {
+                const column cl = decode(position(k));
+                for (int it = 0; it < cl.count; ++it, ++gj) {
+                    const int buf = gj & 1;
+                    BL_TL(2, 0);
+                    mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
+                    BL_TL(2, 1);
+                    const int e = cl.list[it];
+                    const int h = (int)(cl.g * dm.group) + e / tiles_m, row0 = (e % tiles_m) * BM;
 #pragma unroll 1
-                for (int w = 0; w < WARPS; ++w)
-                    dq_block_reduce(p, s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES,
-                                    64 * (w >> 2), h, row0 + 16 * (w & 3), (int)b);
-                BL_TL(2, 2);
-                // The staging may be rewritten once the copy engine has read it.
-                bulk_wait_group_read<0>();
-                BL_TL(2, 3);
-                mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
+                    for (int w = 0; w < WARPS; ++w)
+                        dq_block_reduce(p, s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES,
+                                        64 * (w >> 2), h, row0 + 16 * (w & 3), (int)cl.b);
+                    BL_TL(2, 2);
+                    // The staging may be rewritten once the copy engine has read it.
+                    bulk_wait_group_read<0>();
+                    BL_TL(2, 3);
+                    mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
+                }
             }
             // The reduce-adds must complete before the CTA (and its shared memory) goes away.
             bulk_wait_group<0>();
@@ -154,252 +184,260 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     const int lane = ct & 31, warp = ct >> 5;     // consumer warp 0..7
     const int wg = warp >> 2;                     // keys 64wg..64wg+63
     const int lg = lane >> 2, lt = lane & 3;
-    const int64_t key0 = n * BN;
     const int kw = warp * KEYS_PER_WARP;
 
-    float dk_acc[ND * 4], dv_acc[ND * 4];
-#pragma unroll
-    for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
+    int g0 = 0;  // the CTA's entries before this column: the rings' position
+    for (int k = 0; position(k) < num_cols; ++k) {
+        const column cl = decode(position(k));
+        const int64_t b = cl.b, g = cl.g, n = cl.n;
+        const int count = cl.count;
+        const int *list = cl.list;
+        const int64_t key0 = n * BN;
 
-    if (count > 0) {
-        load_kv_tile<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0, ct);
-        bl_cp_async_commit();
-        bl_cp_async_wait<0>();
-        bl_fence_proxy_async();  // cp.async wrote what wgmma reads
-        named_barrier_sync(WS_BAR_DS, THREADS);  // every consumer's K / V chunks have landed
-    }
+        float dk_acc[ND * 4], dv_acc[ND * 4];
+#pragma unroll
+        for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
 
-    // S^T = K Q^T of entry `it` (this warpgroup's 64 keys x 64 queries), into s; committed as
-    // one group. Issued for entry it+1 right behind entry it's dQ so that the tensor cores do not
-    // drain between entries.
-    float s[NQ * 4], ds[NQ * 4];
-    // it == count (after the last entry) issues a product whose result nobody reads, on
-    // whatever buffer 1 - count % 2 holds, and its wait takes the barrier's previous phase, which
-    // has completed (or, never used, counts as completed): ptxas serialises the products when the
-    // issue or the wait sits under a branch (C7511 / C7517).
-    auto issue_s = [&](int it) {
-        const uint32_t sQ = s0 + L::Q + (it & 1) * TILE_BYTES;
-#pragma unroll
-        for (int x = 0; x < NQ * 4; ++x) s[x] = 0.0f;
-        bl_reg_fence(s);
-        mbarrier_wait(bars + ws_bars::FULL + 8 * (it & 1),
-                      ((uint32_t)(it >> 1) & 1u) ^ (uint32_t)(it >= count));
-        bl_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS_D; ++kk) {
-            const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-            const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-            bl_wgmma_ss_n64<T, 0>(
-                s,
-                bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16,
-                              BL_WGMMA_GROUP_BYTES),
-                bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
-        }
-        bl_wgmma_commit();
-    };
-    // With no entries the loop and its products are skipped as a whole (a loop that may run zero
-    // times leaves ptxas copies of the in-flight S^T registers, and it waits for them: C7517).
-    if (count > 0) {
-        issue_s(0);
-        // The list entry's query tile, one entry ahead: the load and the division (a reciprocal and
-        // conversions on the MUFU pipe) stay off the path from the S^T wait to the exponentials.
-        int m_next = list[0] % tiles_m;
+        if (count > 0) {
+            // Both warpgroups are done with the last column's products, which read K and V.
+            named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+            load_kv_tile<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0, ct);
+            bl_cp_async_commit();
+            bl_cp_async_wait<0>();
+            bl_fence_proxy_async();  // cp.async wrote what wgmma reads
+            named_barrier_sync(WS_BAR_DS, THREADS);  // every consumer's K / V chunks have landed
 
-        for (int it = 0; it < count; ++it) {
-            const int buf = it & 1;
-            const int m = m_next;
-            const int e_ahead = list[it + 1 < count ? it + 1 : it];
-            BL_TLC(0);
-            const uint32_t sQ = s0 + L::Q + buf * TILE_BYTES;
-            const uint32_t sdO = s0 + L::DO + buf * TILE_BYTES;
-            const uint32_t sDS = s0 + (buf ? WS_DS1 : L::DS);
-            const float *lse2 = s_rows + buf * BM;
-            const float *dlt = s_rows + (2 + buf) * BM;
-
-            // ---- dP^T = V dO^T (S^T was issued at the end of the last iteration) ----
+            // S^T = K Q^T of entry `it` (this warpgroup's 64 keys x 64 queries), into s; committed as
+            // one group. Issued for entry it+1 right behind entry it's dQ so that the tensor cores do not
+            // drain between entries.
+            // it == count (after the column's last entry) issues a product whose result nobody reads,
+            // on whatever the next ring buffer holds (the next column's first row tile may be landing
+            // there): ptxas serialises the products when the issue or the wait sits under a branch
+            // (C7511 / C7517).
+            float s[NQ * 4], ds[NQ * 4];
+            auto issue_s = [&](int it) {
+                const int gq = g0 + it;  // position in the rings
+                const uint32_t sQ = s0 + L::Q + (gq & 1) * TILE_BYTES;
 #pragma unroll
-            for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
-            bl_reg_fence(ds);
-            bl_wgmma_fence();
+                for (int x = 0; x < NQ * 4; ++x) s[x] = 0.0f;
+                bl_reg_fence(s);
+                // Past the column's last entry the wait must pass without looking at FULL: the
+                // producer may already have filled that buffer for the next column, and a
+                // "previous phase" parity would then wait for a phase that never completes.
+                const bool real = it < count;
+                mbarrier_wait(bars + (real ? ws_bars::FULL + 8 * (gq & 1) : ws_bars::NEVER),
+                              real ? (uint32_t)(gq >> 1) & 1u : 1u);
+                bl_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS_D; ++kk) {
-                const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                bl_wgmma_ss_n64<T, 0>(
-                    ds,
-                    bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16,
-                                  BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
-            }
-            bl_wgmma_commit();
-            BL_TLC(1);
-            if (it > 0) {
-                // Entry it-1's dQ, staged at the end of the last iteration, goes to the reducer
-                // now: its stores have long completed, so the proxy fence costs little here (right
-                // after the stores it waited for them, ~3 % of the time).
-                bl_fence_proxy_async();
-                __syncwarp();
-                if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * (buf ^ 1));
-            }
-            float2 lse_r[NQ];  // this thread's queries 8t + 2lt (+1)
-#pragma unroll
-            for (int t = 0; t < NQ; ++t)
-                lse_r[t] = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
-            BL_TLC(2);
-            bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
-            bl_reg_fence(s);
-            BL_TLC(3);
-
-            // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
-            const int64_t row0 = (int64_t)m * BM;
-            const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
-            const bool need_mask = key0 + BN > dm.seqlen_k ||
-                                   (p.causal && key0 + BN - 1 > row0 + diag);
-            const int64_t key_room = dm.seqlen_k - key0;
-            const int key_limit = key_room < BN ? (int)key_room : BN;
-            int64_t causal_room = row0 + diag - key0;
-            causal_room = causal_room > 2 * BN ? 2 * BN : causal_room;
-            causal_room = causal_room < -2 * BN ? -2 * BN : causal_room;
-            const int causal_limit = p.causal ? (int)causal_room : 2 * BN;
-#pragma unroll
-            for (int t = 0; t < NQ; ++t) {
-                const float2 l = lse_r[t];
-                s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
-                s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
-                s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
-                s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
-                if (need_mask) {
-#pragma unroll
-                    for (int x = 0; x < 4; ++x) {
-                        const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
-                        const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
-                        if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
-                    }
+                for (int kk = 0; kk < KSTEPS_D; ++kk) {
+                    const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                    const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                    bl_wgmma_ss_n64<T, 0>(
+                        s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                        bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
                 }
-            }
-
-            // ---- dV += P^T dO (P^T from registers) ----
-            uint32_t pa[BM / 16][4];
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks) {
-                pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
-                pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
-                pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
-                pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
-            }
-            BL_TLC(4);
-            bl_wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-                bl_wgmma_rs<T, D>(dv_acc, pa[ks],
-                                  bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL,
-                                                BL_WGMMA_GROUP_BYTES));
-            bl_wgmma_commit();
-            float2 dlt_r[NQ];
-#pragma unroll
-            for (int t = 0; t < NQ; ++t)
-                dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
-            bl_wgmma_wait<1>();  // dP^T is done; dV may still run
-            bl_reg_fence(ds);
-            BL_TLC(5);
-
-            // ---- dS^T = P^T * (dP^T - Dlt) ----
-#pragma unroll
-            for (int t = 0; t < NQ; ++t) {
-                const float2 dd = dlt_r[t];
-                ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
-                ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
-                ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
-                ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
-            }
-            uint32_t dsa[BM / 16][4];
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks) {
-                dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
-                dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
-                dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
-                dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
-            }
-
-            // ---- dK += dS^T Q (registers), and dS to shared memory (buffer it & 1) for dQ ----
-            bl_wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-                bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
-                                  bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL,
-                                                BL_WGMMA_GROUP_BYTES));
-            bl_wgmma_commit();
-            {
-                // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8); see
-                // version 4 for the stmatrix.trans fragment mapping.
-                const int q = lane >> 3, r = lane & 7;
-                const int chunk = 2 * (warp & 3) + (q & 1);
-                const uint32_t base = sDS + wg * QPANEL +
-                                      (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
-                                      (uint32_t)((chunk ^ r) << 4);
-#pragma unroll
-                for (int ks = 0; ks < BM / 16; ++ks)
-                    bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
-            }
-            bl_fence_proxy_async();  // the dS stores are read by wgmma next
-            BL_TLC(6);
-            // Every consumer warp's dS of entry it is in shared memory. This is also what frees the
-            // other dS buffer: both warpgroups waited for their dQ of entry it-1 (which read it)
-            // before arriving here.
-            named_barrier_sync(WS_BAR_DS, THREADS);
-            BL_TLC(7);
-
-            // ---- dQ(64 x 64) = dS K: warpgroup wg takes d columns 64wg.., all 128 keys ----
-            float dq[32];
-#pragma unroll
-            for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
-            bl_reg_fence(dq);
-            bl_wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BN / 16; ++ks)
-                bl_wgmma_ss_n64<T, 1>(
-                    dq,
-                    bl_wgmma_desc(sDS + (ks / 4) * QPANEL + (ks % 4) * K16_BYTES_KMAJOR, 16,
-                                  BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(s0 + L::K + wg * KPANEL + ks * K16_BYTES_MNMAJOR, KPANEL,
-                                  BL_WGMMA_GROUP_BYTES));
-            bl_wgmma_commit();
-            bl_wgmma_wait<1>();  // dV and dK are done (dQ may still run): buffer buf is read
-            bl_reg_fence(dsa);
-            bl_reg_fence(pa);
-            // Every consumer thread releases the buffer itself: its lse / Dlt reads then come
-            // before the producer's next TMA writes there in the order compute-sanitizer racecheck
-            // checks (one arrive per warp after a __syncwarp is reported as a WAR hazard).
-            mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
-            BL_TLC(8);
-            m_next = e_ahead % tiles_m;
-            issue_s(it + 1);
-            // dQ and entry it+1's S^T are done. Waiting for the S^T too is faster than staging
-            // while it runs (537-542 vs 547-550 TFLOP/s, bench/results/bwd128-v9-run.txt), and
-            // S^T registers in flight across the back edge make ptxas serialise the products
-            // (C7514, 453).
+                bl_wgmma_commit();
+            };
+            // The column's first S^T completes before the loop: in flight into it, ptxas copies its
+            // registers at the loop head and waits for them there anyway (C7517).
+            issue_s(0);
             bl_wgmma_wait<0>();
             bl_reg_fence(s);
-            bl_reg_fence(dq);
-            BL_TLC(9);
+            // The list entry's query tile, one entry ahead: the load and the division (a reciprocal and
+            // conversions on the MUFU pipe) stay off the path from the S^T wait to the exponentials.
+            int m_next = list[0] % tiles_m;
 
-            // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
-            // buf, once entry it-2's reduce-adds have read it; handed to the producer's warp 1 in
-            // the next iteration (or below, after the last).
-            mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf, ((uint32_t)(it >> 1) & 1u) ^ 1u);
-            BL_TLC(10);
-            dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
-            BL_TLC(11);
+            for (int it = 0; it < count; ++it) {
+                const int gi = g0 + it;  // position in the rings
+                const int buf = gi & 1;
+                const int m = m_next;
+                const int e_ahead = list[it + 1 < count ? it + 1 : it];
+                BL_TLC(0);
+                const uint32_t sQ = s0 + L::Q + buf * TILE_BYTES;
+                const uint32_t sdO = s0 + L::DO + buf * TILE_BYTES;
+                const uint32_t sDS = s0 + (buf ? WS_DS1 : L::DS);
+                const float *lse2 = s_rows + buf * BM;
+                const float *dlt = s_rows + (2 + buf) * BM;
+
+                // ---- dP^T = V dO^T (S^T was issued at the end of the last iteration) ----
+#pragma unroll
+                for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
+                bl_reg_fence(ds);
+                bl_wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS_D; ++kk) {
+                    const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                    const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                    bl_wgmma_ss_n64<T, 0>(
+                        ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                        bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
+                }
+                bl_wgmma_commit();
+                BL_TLC(1);
+                if (it > 0) {
+                    // Entry it-1's dQ, staged at the end of the last iteration, goes to the reducer now:
+                    // its stores have long completed, so the proxy fence costs little here (right after
+                    // the stores it waited for them, ~3 % of the time).
+                    bl_fence_proxy_async();
+                    __syncwarp();
+                    if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * (buf ^ 1));
+                }
+                float2 lse_r[NQ];  // this thread's queries 8t + 2lt (+1)
+#pragma unroll
+                for (int t = 0; t < NQ; ++t) lse_r[t] = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+                BL_TLC(2);
+                bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
+                bl_reg_fence(s);
+                BL_TLC(3);
+
+                // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
+                const int64_t row0 = (int64_t)m * BM;
+                const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
+                const bool need_mask = key0 + BN > dm.seqlen_k ||
+                                       (p.causal && key0 + BN - 1 > row0 + diag);
+                const int64_t key_room = dm.seqlen_k - key0;
+                const int key_limit = key_room < BN ? (int)key_room : BN;
+                int64_t causal_room = row0 + diag - key0;
+                causal_room = causal_room > 2 * BN ? 2 * BN : causal_room;
+                causal_room = causal_room < -2 * BN ? -2 * BN : causal_room;
+                const int causal_limit = p.causal ? (int)causal_room : 2 * BN;
+#pragma unroll
+                for (int t = 0; t < NQ; ++t) {
+                    const float2 l = lse_r[t];
+                    s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
+                    s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
+                    s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
+                    s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
+                    if (need_mask) {
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) {
+                            const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
+                            const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
+                            if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
+                        }
+                    }
+                }
+
+                // ---- dV += P^T dO (P^T from registers) ----
+                uint32_t pa[BM / 16][4];
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks) {
+                    pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+                    pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+                    pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+                    pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+                }
+                BL_TLC(4);
+                bl_wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks)
+                    bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                                      bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+                bl_wgmma_commit();
+                float2 dlt_r[NQ];
+#pragma unroll
+                for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+                bl_wgmma_wait<1>();  // dP^T is done; dV may still run
+                bl_reg_fence(ds);
+                BL_TLC(5);
+
+                // ---- dS^T = P^T * (dP^T - Dlt) ----
+#pragma unroll
+                for (int t = 0; t < NQ; ++t) {
+                    const float2 dd = dlt_r[t];
+                    ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
+                    ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
+                    ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
+                    ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
+                }
+                uint32_t dsa[BM / 16][4];
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks) {
+                    dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
+                    dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
+                    dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
+                    dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
+                }
+
+                // ---- dK += dS^T Q (registers), and dS to shared memory (buffer it & 1) for dQ ----
+                bl_wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks)
+                    bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
+                                      bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+                bl_wgmma_commit();
+                {
+                    // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8); see
+                    // version 4 for the stmatrix.trans fragment mapping.
+                    const int q = lane >> 3, r = lane & 7;
+                    const int chunk = 2 * (warp & 3) + (q & 1);
+                    const uint32_t base = sDS + wg * QPANEL + (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
+                                          (uint32_t)((chunk ^ r) << 4);
+#pragma unroll
+                    for (int ks = 0; ks < BM / 16; ++ks)
+                        bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+                }
+                bl_fence_proxy_async();  // the dS stores are read by wgmma next
+                BL_TLC(6);
+                // Every consumer warp's dS of entry it is in shared memory. This is also what frees the
+                // other dS buffer: both warpgroups waited for their dQ of entry it-1 (which read it)
+                // before arriving here.
+                named_barrier_sync(WS_BAR_DS, THREADS);
+                BL_TLC(7);
+
+                // ---- dQ(64 x 64) = dS K: warpgroup wg takes d columns 64wg.., all 128 keys ----
+                float dq[32];
+#pragma unroll
+                for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
+                bl_reg_fence(dq);
+                bl_wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < BN / 16; ++ks)
+                    bl_wgmma_ss_n64<T, 1>(
+                        dq,
+                        bl_wgmma_desc(sDS + (ks / 4) * QPANEL + (ks % 4) * K16_BYTES_KMAJOR, 16,
+                                      BL_WGMMA_GROUP_BYTES),
+                        bl_wgmma_desc(s0 + L::K + wg * KPANEL + ks * K16_BYTES_MNMAJOR, KPANEL,
+                                      BL_WGMMA_GROUP_BYTES));
+                bl_wgmma_commit();
+                bl_wgmma_wait<1>();  // dV and dK are done (dQ may still run): buffer buf is read
+                bl_reg_fence(dsa);
+                bl_reg_fence(pa);
+                // Every consumer thread releases the buffer itself: its lse / Dlt reads then come before
+                // the producer's next TMA writes there in the order compute-sanitizer racecheck checks
+                // (one arrive per warp after a __syncwarp is reported as a WAR hazard).
+                mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
+                BL_TLC(8);
+                m_next = e_ahead % tiles_m;
+                issue_s(it + 1);
+                // dQ and entry it+1's S^T are done. Waiting for the S^T too is faster than staging
+                // while it runs (537-542 vs 547-550 TFLOP/s, bench/results/bwd128-v9-run.txt), and
+                // S^T registers in flight across the back edge make ptxas serialise the products
+                // (C7514, 453).
+                bl_wgmma_wait<0>();
+                bl_reg_fence(s);
+                bl_reg_fence(dq);
+                BL_TLC(9);
+
+                // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
+                // buf, once entry it-2's reduce-adds have read it; handed to the producer's warp 1 in
+                // the next iteration (or below, after the last).
+                mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                BL_TLC(10);
+                dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
+                BL_TLC(11);
+            }
+            // the last entry's staged dQ
+            bl_fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * ((g0 + count - 1) & 1));
         }
-        // the last entry's staged dQ
-        bl_fence_proxy_async();
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * ((count - 1) & 1));
-    }
-    bl_reg_fence(dk_acc);
-    bl_reg_fence(dv_acc);
+        g0 += count;
+        bl_reg_fence(dk_acc);
+        bl_reg_fence(dv_acc);
 
-    store_dk_dv<T>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
+        store_dk_dv<T>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
+    }  // columns
 }
 
 }  // namespace bl_bwd
