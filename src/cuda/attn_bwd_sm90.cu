@@ -46,12 +46,13 @@ namespace bl_bwd {
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
-// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid. *dq_cols_permuted: the kernel launched
+// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid; tma_kv: p.tm_k and p.tm_v too (made at head
+// dim 128 only). *dq_cols_permuted: the kernel launched
 // added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
 // postprocess undoes; the others add with atomics in the natural order.
 template <typename T, int D>
-bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cudaStream_t stream,
-                      bool *dq_cols_permuted) {
+bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t num_cols,
+                      cudaStream_t stream, bool *dq_cols_permuted) {
     *dq_cols_permuted = false;
 #ifdef BL_BWD_WITH_MMA_VARIANT
     if (g_variant == BL_BWD_VARIANT_MMA) {
@@ -87,7 +88,8 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, int64_t num_cols, cuda
         return BL_OK;
     }
     if constexpr (D == 128) {
-        if (tma && g_variant != BL_BWD_VARIANT_WGMMA128_V3B && g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
+        if (tma && tma_kv && g_variant != BL_BWD_VARIANT_WGMMA128_V3B &&
+            g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
             const size_t smem = WS_SMEM_BYTES;
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -223,14 +225,19 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_q, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
         bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
         make_dq_accum_map(&p.tm_dq, dm, ws.dq_accum);
+    // Where TMA cannot describe K or V, head dim 128 runs version 6 (cp.async K / V loads).
+    const bool tma_kv =
+        d->head_dim == 128 && tma_rows &&
+        bl_make_tensor_map(&p.tm_k, k, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
+        bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
     bl_status st;
     bool perm = false;
     if (d->head_dim == 64)
-        st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, num_cols, stream, &perm)
-                  : launch_main<__half, 64>(p, tma_rows, num_cols, stream, &perm);
+        st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm)
+                  : launch_main<__half, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm);
     else
-        st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, num_cols, stream, &perm)
-                  : launch_main<__half, 128>(p, tma_rows, num_cols, stream, &perm);
+        st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm)
+                  : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm);
     if (st != BL_OK) return st;
 
     return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, perm, dq, &ws, stream);

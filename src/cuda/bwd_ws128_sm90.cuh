@@ -32,9 +32,8 @@ namespace bl_bwd {
 constexpr int WS_THREADS = THREADS + 128;   // producer warpgroup + the two consumer warpgroups
 constexpr int WS_PRODUCER_REGS = 24;        // 128 x (24 + 2 x 240) = 64512 <= 65536
 constexpr int WS_CONSUMER_REGS = 240;
-// Named barriers of the consumer warpgroups (0 is __syncthreads): WS_BAR_LOOP_TOP before a
-// column's K / V load (version 10; the head-dim-64 kernel bwd_ws64_sm90.cuh: once per entry),
-// WS_BAR_DS once per entry.
+// Named barriers of the consumer warpgroups (0 is __syncthreads). Version 10 uses only WS_BAR_DS
+// (once per entry); the head-dim-64 kernel (bwd_ws64_sm90.cuh) both.
 constexpr int WS_BAR_LOOP_TOP = 1;
 constexpr int WS_BAR_DS = 2;
 // Shared memory: version 6's layout (wg_smem<128>) plus a second dS buffer at its end, so that
@@ -51,9 +50,27 @@ struct ws_bars {
     static constexpr uint32_t DQFULL = 32;   // [2] dQ staged by all 8 consumer warps
     static constexpr uint32_t DQEMPTY = 48;  // [2] staging read by the reduce-adds
     static constexpr uint32_t NEVER = 64;    // never arrived on: a parity-1 wait passes at once
-    static constexpr uint32_t BYTES = 72;
+    static constexpr uint32_t KVFULL = 72;   // the column's K / V tiles landed (TMA)
+    static constexpr uint32_t KVEMPTY = 80;  // K / V read by all 256 consumer threads
+    static constexpr uint32_t BYTES = 88;
 };
-static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for 8 mbarriers");
+static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for 11 mbarriers");
+
+// TMA of a column's K and V tiles (keys key0.., kv head g, batch b; zero past Sk) into the BN-row
+// panels at wg_smem<128>::K / V that load_kv_tile would write, completing on `bar`.
+__device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t s0, uint32_t bar,
+                                               int64_t b, int64_t g, int64_t key0) {
+    using L = wg_smem<128>;
+    constexpr uint32_t PANEL_BYTES = BN * PANEL_ROW_BYTES;  // 64 columns of BN keys
+    mbarrier_arrive_expect_tx(bar, 2 * BN * 128 * 2);
+#pragma unroll
+    for (int panel = 0; panel < 128 / PANEL_COLS; ++panel) {
+        tma_load_4d(s0 + L::K + panel * PANEL_BYTES, &p.tm_k, bar, panel * PANEL_COLS, (int)key0,
+                    (int)g, (int)b);
+        tma_load_4d(s0 + L::V + panel * PANEL_BYTES, &p.tm_v, bar, panel * PANEL_COLS, (int)key0,
+                    (int)g, (int)b);
+    }
+}
 
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`): SM clock stamps of one CTA's
 // first TL_ITERS entries, lane 0 of consumer warps 0 and 4 (row 0, 1) and the reducer (row 2).
@@ -129,6 +146,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
         }
         mbarrier_init(bars + ws_bars::NEVER, 1);
+        mbarrier_init(bars + ws_bars::KVFULL, 1);
+        mbarrier_init(bars + ws_bars::KVEMPTY, THREADS);  // every consumer thread
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -137,9 +156,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         // ---- producer warpgroup ----
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            // The CTA's entry gi into buffer gi & 1 once entry gi-2 has been read (parity trick:
-            // the first wait on each EMPTY passes at once).
-            int gi = 0;
+            // The CTA's entry gi into buffer gi & 1 once entry gi-2 has been read; a column's K /
+            // V (its kc-th load) right behind its first row tile, once the consumers are done
+            // with the last column's (parity trick: the first wait on each EMPTY passes at once).
+            // So the loads overlap the last column's dK / dV epilogue.
+            int gi = 0, kc = 0;
             for (int k = 0; position(k) < num_cols; ++k) {
                 const column cl = decode(position(k));
                 for (int it = 0; it < cl.count; ++it, ++gi) {
@@ -147,6 +168,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
                     const int e = cl.list[it];
                     wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m, e % tiles_m);
+                    if (it == 0) {
+                        mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
+                        ws_tma_kv_tile(p, s0, bars + ws_bars::KVFULL, cl.b, cl.g, cl.n * BN);
+                        ++kc;
+                    }
                 }
             }
         } else if (threadIdx.x == 32) {
@@ -187,6 +213,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     const int kw = warp * KEYS_PER_WARP;
 
     int g0 = 0;  // the CTA's entries before this column: the rings' position
+    int kc = 0;  // the CTA's K / V loads before this column
     for (int k = 0; position(k) < num_cols; ++k) {
         const column cl = decode(position(k));
         const int64_t b = cl.b, g = cl.g, n = cl.n;
@@ -199,13 +226,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
 
         if (count > 0) {
-            // Both warpgroups are done with the last column's products, which read K and V.
-            named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
-            load_kv_tile<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0, ct);
-            bl_cp_async_commit();
-            bl_cp_async_wait<0>();
-            bl_fence_proxy_async();  // cp.async wrote what wgmma reads
-            named_barrier_sync(WS_BAR_DS, THREADS);  // every consumer's K / V chunks have landed
+            mbarrier_wait(bars + ws_bars::KVFULL, (uint32_t)kc & 1u);  // the column's K / V
 
             // S^T = K Q^T of entry `it` (this warpgroup's 64 keys x 64 queries), into s; committed as
             // one group. Issued for entry it+1 right behind entry it's dQ so that the tensor cores do not
@@ -431,6 +452,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             bl_fence_proxy_async();
             __syncwarp();
             if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * ((g0 + count - 1) & 1));
+            // The column's last product that reads K / V (the S^T issued past its last entry) has
+            // completed: the producer may load the next column's while this one's dK / dV go out.
+            mbarrier_arrive(bars + ws_bars::KVEMPTY);
+            ++kc;
         }
         g0 += count;
         bl_reg_fence(dk_acc);
