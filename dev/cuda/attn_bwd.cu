@@ -688,6 +688,13 @@ int main(int argc, char **argv) {
         bench_shape(1, 16384, 16, 128, 1);
         return 0;
     }
+    if (!strcmp(what, "sparse64")) {  // the same at head dim 64, and the bench's 4 x 4096 shape
+        g_sparse_only = 0.01;
+        bench_shape(1, 16384, 16, 64, 0);
+        bench_shape(1, 16384, 16, 64, 1);
+        bench_shape(4, 4096, 16, 64, 0);
+        return 0;
+    }
     if (!strcmp(what, "one") || !strcmp(what, "one64")) {  // short dense runs, for ncu
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         g_full_sweep = 0;

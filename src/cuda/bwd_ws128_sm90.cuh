@@ -57,19 +57,40 @@ struct ws_bars {
 static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for 11 mbarriers");
 
 // TMA of a column's K and V tiles (keys key0.., kv head g, batch b; zero past Sk) into the BN-row
-// panels at wg_smem<128>::K / V that load_kv_tile would write, completing on `bar`.
-__device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t s0, uint32_t bar,
-                                               int64_t b, int64_t g, int64_t key0) {
-    using L = wg_smem<128>;
+// panels at sK / sV that load_kv_tile would write, completing on `bar`.
+template <int D>
+__device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t sK, uint32_t sV,
+                                               uint32_t bar, int64_t b, int64_t g, int64_t key0) {
     constexpr uint32_t PANEL_BYTES = BN * PANEL_ROW_BYTES;  // 64 columns of BN keys
-    mbarrier_arrive_expect_tx(bar, 2 * BN * 128 * 2);
+    mbarrier_arrive_expect_tx(bar, 2 * BN * D * 2);
 #pragma unroll
-    for (int panel = 0; panel < 128 / PANEL_COLS; ++panel) {
-        tma_load_4d(s0 + L::K + panel * PANEL_BYTES, &p.tm_k, bar, panel * PANEL_COLS, (int)key0,
-                    (int)g, (int)b);
-        tma_load_4d(s0 + L::V + panel * PANEL_BYTES, &p.tm_v, bar, panel * PANEL_COLS, (int)key0,
-                    (int)g, (int)b);
+    for (int panel = 0; panel < D / PANEL_COLS; ++panel) {
+        tma_load_4d(sK + panel * PANEL_BYTES, &p.tm_k, bar, panel * PANEL_COLS, (int)key0, (int)g,
+                    (int)b);
+        tma_load_4d(sV + panel * PANEL_BYTES, &p.tm_v, bar, panel * PANEL_COLS, (int)key0, (int)g,
+                    (int)b);
     }
+}
+
+// The persistent kernel's work: in round k, CTA x takes the column (b, kv head, 128-key tile) at
+// schedule position k grid + x (k even) or k grid + grid - 1 - x (k odd). The schedule is
+// heaviest first, so the snake order pairs a heavy column with a light one; plain striding (x,
+// x + grid, ...) gave CTA 0 the heaviest of every round: 10 % slower at 16k causal
+// (bench/results/bwd-s9-persistent.txt). Every role of a CTA walks the same sequence.
+struct ws_column {
+    int64_t b, g, n;
+    int count;        // list entries
+    const int *list;  // entries hl * tiles_m + m (query head hl of the group, row tile m)
+};
+__device__ __forceinline__ int64_t ws_position(int k) {
+    const int64_t x = (k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    return (int64_t)k * gridDim.x + x;
+}
+__device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int64_t position) {
+    const bl_bwd_dims &dm = p.dm;
+    const int64_t col = p.schedule[position];
+    return ws_column{col / (dm.tiles_n * dm.heads_k), (col / dm.tiles_n) % dm.heads_k,
+                     col % dm.tiles_n, p.counts[col], p.lists + col * (dm.group * dm.tiles_m)};
 }
 
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`): SM clock stamps of one CTA's
@@ -114,29 +135,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
 
     const bl_bwd_dims &dm = p.dm;
-    // Persistent: in round k, CTA x takes the column (b, kv head, 128-key tile) at schedule
-    // position k grid + x (k even) or k grid + grid - 1 - x (k odd). The schedule is heaviest
-    // first, so the snake order pairs a heavy column with a light one; plain striding (x, x + grid,
-    // ...) gave CTA 0 the heaviest of every round: 10 % slower at 16k causal. Every role walks the
-    // same sequence; the mbarrier rings run on over column boundaries (gi / gj count the CTA's
-    // entries so far), so the producer loads a column's first row tiles while the consumers
-    // finish the last one.
+    // Persistent (ws_position): the mbarrier rings run on over column boundaries (gi / gj count
+    // the CTA's entries so far), so the producer loads a column's first row tiles while the
+    // consumers finish the last one.
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const int tiles_m = (int)dm.tiles_m;
-    struct column {
-        int64_t b, g, n;
-        int count;
-        const int *list;
-    };
-    auto position = [&](int k) {
-        const int64_t x = (k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-        return (int64_t)k * gridDim.x + x;
-    };
-    auto decode = [&](int64_t c) {
-        const int64_t col = p.schedule[c];
-        return column{col / (dm.tiles_n * dm.heads_k), (col / dm.tiles_n) % dm.heads_k,
-                      col % dm.tiles_n, p.counts[col], p.lists + col * (dm.group * dm.tiles_m)};
-    };
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; ++i) {
@@ -161,8 +164,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // with the last column's (parity trick: the first wait on each EMPTY passes at once).
             // So the loads overlap the last column's dK / dV epilogue.
             int gi = 0, kc = 0;
-            for (int k = 0; position(k) < num_cols; ++k) {
-                const column cl = decode(position(k));
+            for (int k = 0; ws_position(k) < num_cols; ++k) {
+                const ws_column cl = ws_decode(p, ws_position(k));
                 for (int it = 0; it < cl.count; ++it, ++gi) {
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
@@ -170,7 +173,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m, e % tiles_m);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
-                        ws_tma_kv_tile(p, s0, bars + ws_bars::KVFULL, cl.b, cl.g, cl.n * BN);
+                        ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
+                                          cl.n * BN);
                         ++kc;
                     }
                 }
@@ -178,8 +182,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         } else if (threadIdx.x == 32) {
             // The CTA's entry gj's dQ, staged by the 8 consumer warps in staging buffer gj & 1.
             int gj = 0;
-            for (int k = 0; position(k) < num_cols; ++k) {
-                const column cl = decode(position(k));
+            for (int k = 0; ws_position(k) < num_cols; ++k) {
+                const ws_column cl = ws_decode(p, ws_position(k));
                 for (int it = 0; it < cl.count; ++it, ++gj) {
                     const int buf = gj & 1;
                     BL_TL(2, 0);
@@ -214,8 +218,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
     int g0 = 0;  // the CTA's entries before this column: the rings' position
     int kc = 0;  // the CTA's K / V loads before this column
-    for (int k = 0; position(k) < num_cols; ++k) {
-        const column cl = decode(position(k));
+    for (int k = 0; ws_position(k) < num_cols; ++k) {
+        const ws_column cl = ws_decode(p, ws_position(k));
         const int64_t b = cl.b, g = cl.g, n = cl.n;
         const int count = cl.count;
         const int *list = cl.list;
