@@ -612,9 +612,9 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
         cudaFree(lse); cudaFree(W); cudaFree(mask); cudaFree(ws);
         return;
     }
-    const double keeps[] = {0.0, 0.01, 0.1, 0.5};
+    std::vector<double> keeps = {0.0, 0.01, 0.1, 0.5};
+    if (g_sparse_only >= 0) keeps = {g_sparse_only};
     for (double keep : keeps) {
-        if (g_sparse_only >= 0 && keep != g_sparse_only) continue;
         mask_kernel<<<1024, 256>>>(mask, ntile, keep, 99u);
         double t_s = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, mask, t[5],
                               t[6], t[7], reps);
@@ -682,14 +682,14 @@ int main(int argc, char **argv) {
         return 0;
     }
 #endif
-    if (!strcmp(what, "sparse1")) {  // one sparse call per shape (random mask, keep 0.01), for ncu
-        g_sparse_only = 0.01;
+    if (!strcmp(what, "sparse1")) {  // one sparse call per shape (random mask, keep 0.01 or argv[2])
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
         bench_shape(1, 16384, 16, 128, 0);
         bench_shape(1, 16384, 16, 128, 1);
         return 0;
     }
     if (!strcmp(what, "sparse64")) {  // the same at head dim 64, and the bench's 4 x 4096 shape
-        g_sparse_only = 0.01;
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
         bench_shape(1, 16384, 16, 64, 0);
         bench_shape(1, 16384, 16, 64, 1);
         bench_shape(4, 4096, 16, 64, 0);

@@ -32,7 +32,7 @@ struct bl_bwd_workspace {
     uint8_t *mask;    // (B, Hq, Tm, Tn): the selection's mask when selecting from W
     int *counts;      // (B, Hk, Tn): kept (q head, row tile) pairs per key tile
     int *lists;       // (B, Hk, Tn, G*Tm): those pairs, encoded hl * Tm + m, in that order
-    int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first
+    int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
 };
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);

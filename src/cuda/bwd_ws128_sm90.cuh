@@ -74,7 +74,8 @@ __device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t sK,
 
 // The persistent kernel's work: in round k, CTA x takes the column (b, kv head, 128-key tile) at
 // schedule position k grid + x (k even) or k grid + grid - 1 - x (k odd). The schedule is
-// heaviest first, so the snake order pairs a heavy column with a light one; plain striding (x,
+// heaviest first (over all columns, or within windows of two rounds: select_sm90.cu), so the
+// snake order pairs a heavy column with a light one; plain striding (x,
 // x + grid, ...) gave CTA 0 the heaviest of every round: 10 % slower at 16k causal
 // (bench/results/bwd-s9-persistent.txt). Every role of a CTA walks the same sequence.
 struct ws_column {
