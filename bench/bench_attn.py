@@ -321,6 +321,8 @@ def main(argv=None):
                     help="dense comparison: calls interleaved one by one (default) or in blocks")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     ap.add_argument("--causal", default="both", choices=["no", "yes", "both"])
+    ap.add_argument("--shape", action="append", default=None, metavar="B,S,H,D",
+                    help="time only this shape (repeatable; default: the full set)")
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compile is slow)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--table", default=None, metavar="JSON",
@@ -337,6 +339,13 @@ def main(argv=None):
                  f"(torch.cuda.is_available()={torch.cuda.is_available()})")
     dtype = getattr(torch, args.dtype)
     shapes = SHAPES_QUICK if args.quick else SHAPES_FULL
+    if args.shape:
+        try:
+            shapes = [tuple(int(x) for x in sh.split(",")) for sh in args.shape]
+        except ValueError:
+            ap.error(f"--shape wants B,S,H,D integers, got {args.shape}")
+        if any(len(sh) != 4 for sh in shapes):
+            ap.error(f"--shape wants four integers B,S,H,D, got {args.shape}")
     reps = args.reps or (5 if args.quick else 15)
     rounds = args.rounds or (2 if args.quick else 3)
     causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
