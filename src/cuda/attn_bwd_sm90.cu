@@ -93,16 +93,11 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             const size_t smem = WS_SMEM_BYTES;
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB). Causal
-            // calls take one CTA per column instead: their columns differ in length, and the
-            // hardware hands out CTAs as SMs free up, where the static snake order of a persistent
-            // CTA lost 2-6 % at 32k causal (bench/results/bench-2026-11-29-s9a.txt).
+            // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB).
             int dev = 0, sms = 0;
             BL_CUDA_CHECK(cudaGetDevice(&dev));
             BL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3
-                                 : p.causal                                   ? num_cols
-                                                                              : sms;
+            const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
             const int64_t grid = num_cols < ctas ? num_cols : ctas;
             bwd_ws128_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
             BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel");
@@ -220,6 +215,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.counts = ws.counts;
     p.lists = ws.lists;
     p.schedule = ws.schedule;
+    p.sched_rec = ws.sched_rec;
+    p.sched_next = ws.sched_next;
     p.dm = dm;
     p.scale = d->scale;
     p.scale_log2 = d->scale * LOG2E;

@@ -33,6 +33,8 @@ struct bl_bwd_workspace {
     int *counts;      // (B, Hk, Tn): kept (q head, row tile) pairs per key tile
     int *lists;       // (B, Hk, Tn, G*Tm): those pairs, encoded hl * Tm + m, in that order
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
+    int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, 0, 0}; the last {-1, 0, 0, 0}
+    int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
 };
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);

@@ -36,6 +36,8 @@ struct bwd_params {
     const float *dlt;       // (B, Hq, Sq_pad)
     float *dq_accum;        // (B, Sq, Hq, D) fp32 (8-column groups permuted by dq_block_stage)
     const int *counts, *lists, *schedule;
+    const int4 *sched_rec;  // the schedule as 16-byte records, for the persistent kernel's TMA
+    int *sched_next;        // its work counter
     bl_bwd_dims dm;
     float scale;       // softmax scale (dK's factor)
     float scale_log2;  // scale * log2(e): S -> base-2 exponent

@@ -48,6 +48,8 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_counts = ws_take(&off, cols * sizeof(int));
     size_t o_lists = ws_take(&off, tiles * sizeof(int));  // G*Tm per key tile = Hq*Tm*Tn in all
     size_t o_sched = ws_take(&off, cols * sizeof(int));
+    size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
+    size_t o_next = ws_take(&off, sizeof(int));
     if (base && ws) {
         char *p = (char *)base;
         ws->dq_accum = (float *)(p + o_dq);
@@ -57,6 +59,8 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->counts = (int *)(p + o_counts);
         ws->lists = (int *)(p + o_lists);
         ws->schedule = (int *)(p + o_sched);
+        ws->sched_rec = (int4 *)(p + o_rec);
+        ws->sched_next = (int *)(p + o_next);
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }

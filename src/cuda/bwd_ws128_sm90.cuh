@@ -12,9 +12,9 @@
 // division by tiles_m, the loop-top barrier, the FULL wait). Now the next S^T queues behind dQ;
 // the list entry and its query tile are read one entry ahead; a second dS buffer replaces the
 // loop-top barrier (+5 %, bench/results/bwd128-v9-run.txt).
-// Why persistent (version 10): one CTA per SM walks the schedule's columns in snake order, and
-// the producer loads a column's first row tiles while the consumers finish the last: +0.5 % at
-// 8k, +1.5 % at 16k non-causal, level at 16k causal (bench/results/bwd-s9-persistent.txt).
+// Why persistent (version 10): one CTA per SM walks the schedule's columns, taking each next one
+// from a work counter, and the producer loads a column's first row tiles and its K / V while the
+// consumers finish the last (bench/results/bwd-s9-persistent.txt).
 //
 // 384 threads, one CTA per SM; a column is (b, kv head, 128-key tile):
 //   warpgroup 0, producer (24 registers): warp 0 loads each list entry's Q / dO / lse / Dlt with
@@ -52,9 +52,13 @@ struct ws_bars {
     static constexpr uint32_t NEVER = 64;    // never arrived on: a parity-1 wait passes at once
     static constexpr uint32_t KVFULL = 72;   // the column's K / V tiles landed (TMA)
     static constexpr uint32_t KVEMPTY = 80;  // K / V read by all 256 consumer threads
-    static constexpr uint32_t BYTES = 88;
+    static constexpr uint32_t COLFULL = 88;  // [2] a column's schedule record landed (TMA)
+    static constexpr uint32_t COLEMPTY = 104;  // [2] record read by the consumers and the reducer
+    static constexpr uint32_t COLS = 128;    // [2] the records: 16 bytes each (ws_column)
+    static constexpr uint32_t BYTES = COLS + 32;
 };
-static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for 11 mbarriers");
+static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for the mbarriers");
+static_assert(wg_smem<128>::BARS % 16 == 0, "TMA writes the column records 16-byte aligned");
 
 // TMA of a column's K and V tiles (keys key0.., kv head g, batch b; zero past Sk) into the BN-row
 // panels at sK / sV that load_kv_tile would write, completing on `bar`.
@@ -72,26 +76,43 @@ __device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t sK,
     }
 }
 
-// The persistent kernel's work: in round k, CTA x takes the column (b, kv head, 128-key tile) at
-// schedule position k grid + x (k even) or k grid + grid - 1 - x (k odd). The schedule is
-// heaviest first (over all columns, or within windows of two rounds: select_sm90.cu), so the
-// snake order pairs a heavy column with a light one; plain striding (x,
-// x + grid, ...) gave CTA 0 the heaviest of every round: 10 % slower at 16k causal
-// (bench/results/bwd-s9-persistent.txt). Every role of a CTA walks the same sequence.
-struct ws_column {
-    int64_t b, g, n;
-    int count;        // list entries
-    const int *list;  // entries hl * tiles_m + m (query head hl of the group, row tile m)
-};
-__device__ __forceinline__ int64_t ws_position(int k) {
+// The persistent kernel's work. The producer picks each column of its CTA and sends the column's
+// 16-byte schedule record to the consumers and the reducer through a two-slot ring in shared
+// memory, by TMA (COLFULL / COLEMPTY); record {-1, ...} ends the walk. Two ways to pick:
+// - Static snake (non-causal): in round k, CTA x takes schedule position k grid + x (k even) or
+//   k grid + grid - 1 - x (k odd). The schedule is heaviest first within windows of two rounds
+//   (select_sm90.cu), so each CTA pairs a window's heavy column with a light one.
+// - Dynamic (causal, whose columns differ most in length): a CTA's first column is position
+//   blockIdx.x, each next one gridDim.x + the next value of the p.sched_next counter, drawn once
+//   the producer has issued the last column's row tiles (about two entries before the consumers
+//   finish it): CTAs take the heaviest-first schedule greedily, as the hardware hands out CTAs.
+// Measured (bench/results/bwd-s9-persistent.txt, run 6): at 16k causal dynamic beats one CTA per
+// column by 2 % dense and 1-3 % sparse; non-causal, the snake beats dynamic by 1-1.5 %. (The snake
+// on causal calls lost 2-6 % at 32k: bench/results/bench-2026-11-29-s9a.txt.)
+__device__ __forceinline__ int64_t ws_snake_position(int k) {
     const int64_t x = (k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     return (int64_t)k * gridDim.x + x;
 }
-__device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int64_t position) {
+struct ws_column {
+    int64_t b, g, n;
+    int count;        // list entries; -1: past the schedule's end
+    const int *list;  // entries hl * tiles_m + m (query head hl of the group, row tile m)
+};
+__device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const bl_bwd_dims &dm = p.dm;
-    const int64_t col = p.schedule[position];
+    const int64_t col = rec.x < 0 ? 0 : rec.x;
     return ws_column{col / (dm.tiles_n * dm.heads_k), (col / dm.tiles_n) % dm.heads_k,
-                     col % dm.tiles_n, p.counts[col], p.lists + col * (dm.group * dm.tiles_m)};
+                     col % dm.tiles_n, rec.x < 0 ? -1 : rec.y,
+                     p.lists + col * (dm.group * dm.tiles_m)};
+}
+// The CTA's k-th column, from record slot k & 1, by a consumer thread or the reducer.
+__device__ __forceinline__ ws_column ws_take_column(const bwd_params &p, uint32_t bars,
+                                                    const int4 *slots, int k) {
+    const int slot = k & 1;
+    mbarrier_wait(bars + ws_bars::COLFULL + 8 * slot, (uint32_t)(k >> 1) & 1u);
+    const int4 rec = slots[slot];
+    mbarrier_arrive(bars + ws_bars::COLEMPTY + 8 * slot);
+    return ws_decode(p, rec);
 }
 
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`): SM clock stamps of one CTA's
@@ -136,11 +157,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
 
     const bl_bwd_dims &dm = p.dm;
-    // Persistent (ws_position): the mbarrier rings run on over column boundaries (gi / gj count
+    // Persistent (ws_column): the mbarrier rings run on over column boundaries (gi / gj count
     // the CTA's entries so far), so the producer loads a column's first row tiles while the
     // consumers finish the last one.
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const int tiles_m = (int)dm.tiles_m;
+    const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; ++i) {
@@ -152,6 +174,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         mbarrier_init(bars + ws_bars::NEVER, 1);
         mbarrier_init(bars + ws_bars::KVFULL, 1);
         mbarrier_init(bars + ws_bars::KVEMPTY, THREADS);  // every consumer thread
+        for (int i = 0; i < 2; ++i) {
+            mbarrier_init(bars + ws_bars::COLFULL + 8 * i, 1);
+            mbarrier_init(bars + ws_bars::COLEMPTY + 8 * i, THREADS + 1);  // consumers, reducer
+        }
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -165,8 +191,19 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // with the last column's (parity trick: the first wait on each EMPTY passes at once).
             // So the loads overlap the last column's dK / dV epilogue.
             int gi = 0, kc = 0;
-            for (int k = 0; ws_position(k) < num_cols; ++k) {
-                const ws_column cl = ws_decode(p, ws_position(k));
+            for (int k = 0;; ++k) {
+                // Column k: its record into slot k & 1 once column k-2's has been read.
+                const int slot = k & 1;
+                mbarrier_wait(bars + ws_bars::COLEMPTY + 8 * slot, ((uint32_t)(k >> 1) & 1u) ^ 1u);
+                int64_t pos = !p.causal ? ws_snake_position(k)
+                              : k == 0  ? (int64_t)blockIdx.x
+                                        : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
+                pos = pos < num_cols ? pos : num_cols;  // the end record
+                mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
+                bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + pos, sizeof(int4),
+                          bars + ws_bars::COLFULL + 8 * slot);
+                if (pos == num_cols) break;
+                const ws_column cl = ws_decode(p, p.sched_rec[pos]);
                 for (int it = 0; it < cl.count; ++it, ++gi) {
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
@@ -183,8 +220,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         } else if (threadIdx.x == 32) {
             // The CTA's entry gj's dQ, staged by the 8 consumer warps in staging buffer gj & 1.
             int gj = 0;
-            for (int k = 0; ws_position(k) < num_cols; ++k) {
-                const ws_column cl = ws_decode(p, ws_position(k));
+            for (int k = 0;; ++k) {
+                const ws_column cl = ws_take_column(p, bars, col_slots, k);
+                if (cl.count < 0) break;
                 for (int it = 0; it < cl.count; ++it, ++gj) {
                     const int buf = gj & 1;
                     BL_TL(2, 0);
@@ -219,8 +257,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
     int g0 = 0;  // the CTA's entries before this column: the rings' position
     int kc = 0;  // the CTA's K / V loads before this column
-    for (int k = 0; ws_position(k) < num_cols; ++k) {
-        const ws_column cl = ws_decode(p, ws_position(k));
+    for (int k = 0;; ++k) {
+        const ws_column cl = ws_take_column(p, bars, col_slots, k);
+        if (cl.count < 0) break;
         const int64_t b = cl.b, g = cl.g, n = cl.n;
         const int count = cl.count;
         const int *list = cl.list;

@@ -203,7 +203,8 @@ enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
 // width over [0, max count]: heavy columns start first, which is what load balance needs; the
 // order inside a bucket does not matter.
 __global__ void __launch_bounds__(SCHED_THREADS)
-bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__restrict__ schedule) {
+bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__restrict__ schedule,
+                       int4 *__restrict__ recs, int *__restrict__ next) {
     __shared__ int hist[SCHED_BUCKETS];
     __shared__ int warp_sums[SCHED_THREADS / 32];
     __shared__ int s_max;
@@ -247,7 +248,13 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
     __syncthreads();
     for (int c = tid; c < num_cols; c += SCHED_THREADS) {
         int bkt = (SCHED_BUCKETS - 1) - (int)((int64_t)counts[c] * (SCHED_BUCKETS - 1) / maxc);
-        schedule[atomicAdd(&hist[bkt], 1)] = c;
+        const int pos = atomicAdd(&hist[bkt], 1);
+        schedule[pos] = c;
+        recs[pos] = make_int4(c, counts[c], 0, 0);
+    }
+    if (tid == 0) {
+        recs[num_cols] = make_int4(-1, 0, 0, 0);
+        *next = 0;
     }
 }
 
@@ -257,7 +264,8 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 enum { SCHED_WINDOW_MAX = 1024 };
 __global__ void __launch_bounds__(SCHED_WINDOW_MAX)
 bl_bwd_schedule_window_kernel(const int *__restrict__ counts, int num_cols, int window,
-                              int *__restrict__ schedule) {
+                              int *__restrict__ schedule, int4 *__restrict__ recs,
+                              int *__restrict__ next) {
     __shared__ int c[SCHED_WINDOW_MAX];
     const int w0 = blockIdx.x * window;
     const int n = min(window, num_cols - w0);
@@ -269,6 +277,11 @@ bl_bwd_schedule_window_kernel(const int *__restrict__ counts, int num_cols, int 
         int rank = 0;
         for (int j = 0; j < n; ++j) rank += (c[j] > ci) | ((c[j] == ci) & (j < i));
         schedule[w0 + rank] = w0 + i;
+        recs[w0 + rank] = make_int4(w0 + i, ci, 0, 0);
+    }
+    if (blockIdx.x == 0 && i == 0) {
+        recs[num_cols] = make_int4(-1, 0, 0, 0);
+        *next = 0;
     }
 }
 
@@ -284,7 +297,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                                                                     ws->lists);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     if (causal) {
-        bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule);
+        bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
+                                                                 ws->sched_rec, ws->sched_next);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_kernel");
         return BL_OK;
     }
@@ -295,7 +309,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     BL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const int window = 2 * sms < SCHED_WINDOW_MAX ? 2 * sms : SCHED_WINDOW_MAX;
     bl_bwd_schedule_window_kernel<<<(unsigned)((cols + window - 1) / window), window, 0, stream>>>(
-        ws->counts, (int)cols, window, ws->schedule);
+        ws->counts, (int)cols, window, ws->schedule, ws->sched_rec, ws->sched_next);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }
