@@ -12,13 +12,15 @@
 // division by tiles_m, the loop-top barrier, the FULL wait). Now the next S^T queues behind dQ;
 // the list entry and its query tile are read one entry ahead; a second dS buffer replaces the
 // loop-top barrier (+5 %, bench/results/bwd128-v9-run.txt).
-// Why persistent (version 10): one CTA per SM walks the schedule's columns, taking each next one
-// from a work counter, and the producer loads a column's first row tiles and its K / V while the
-// consumers finish the last (bench/results/bwd-s9-persistent.txt).
+// Why persistent (version 10): one CTA per SM walks the schedule's columns (in a static snake
+// order, or from a work counter for causal calls: ws_column below), and the producer loads a
+// column's first row tiles and its K / V while the consumers finish the last (8k dense +1 %,
+// 1 % sparse -3..-4 %, 16k causal +1.4 %: bench/results/bwd-s9-persistent.txt).
 //
 // 384 threads, one CTA per SM; a column is (b, kv head, 128-key tile):
-//   warpgroup 0, producer (24 registers): warp 0 loads each list entry's Q / dO / lse / Dlt with
-//     TMA into a two-buffer ring (FULL / EMPTY mbarriers); warp 1 issues the dQ reduce-adds of
+//   warpgroup 0, producer (24 registers): warp 0 picks the columns, loads each one's K / V and
+//     each list entry's Q / dO / lse / Dlt with TMA into a two-buffer ring (FULL / EMPTY
+//     mbarriers; KVFULL / KVEMPTY for K / V); warp 1 issues the dQ reduce-adds of
 //     each entry once the consumers have staged it (DQFULL / DQEMPTY mbarriers, two staging
 //     buffers).
 //   warpgroups 1 and 2, consumers (240 registers): warpgroup 1 + wg owns keys 64wg..64wg+63;
