@@ -94,9 +94,8 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB).
-            int dev = 0, sms = 0;
-            BL_CUDA_CHECK(cudaGetDevice(&dev));
-            BL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            int sms = 0;
+            BL_TRY(bl_sm_count(&sms));
             const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
             const int64_t grid = num_cols < ctas ? num_cols : ctas;
             bwd_ws128_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);

@@ -16,6 +16,15 @@
 // After a <<<...>>> launch: catches bad launch configurations right away.
 #define BL_CUDA_CHECK_LAUNCH(name) BL_CUDA_CHECK(cudaPeekAtLastError())
 
+// The current device's SM count: the persistent backward kernel's grid and, from the same number,
+// the backward schedule's window (select_sm90.cu).
+static inline bl_status bl_sm_count(int *sms) {
+    int dev = 0;
+    BL_CUDA_CHECK(cudaGetDevice(&dev));
+    BL_CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+    return BL_OK;
+}
+
 // Propagates a bl_status from a helper.
 #define BL_TRY(expr)                                                                          \
     do {                                                                                      \

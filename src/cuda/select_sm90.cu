@@ -304,9 +304,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     }
     // Two rounds of the persistent head-dim-128 kernel (one CTA per SM, snake order: a window's
     // heaviest half pairs with its lightest on each CTA).
-    int dev = 0, sms = 0;
-    BL_CUDA_CHECK(cudaGetDevice(&dev));
-    BL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = 0;
+    BL_TRY(bl_sm_count(&sms));
     const int window = 2 * sms < SCHED_WINDOW_MAX ? 2 * sms : SCHED_WINDOW_MAX;
     bl_bwd_schedule_window_kernel<<<(unsigned)((cols + window - 1) / window), window, 0, stream>>>(
         ws->counts, (int)cols, window, ws->schedule, ws->sched_rec, ws->sched_next);
