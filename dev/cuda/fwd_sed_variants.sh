@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# fwd_sed_variants.sh -- quick variants of the sm_90a forward: each variant is src/cuda with one
+# sed expression applied to one file, built into its own dev checker (dev/cuda/attn_fwd.cu) here
+# (no GPU needed); on the device each variant is checked against the float64 reference
+# (`check`) and all are timed with `benchstats` (with and without statistics, eight shapes),
+# interleaved round by round so that clock and power drift hit them alike. "base" (no edit) is
+# always built. The forward counterpart of bwd_sed_variants.sh.
+#
+#   here:   bash dev/cuda/fwd_sed_variants.sh build NAME FILE 'SED' [NAME FILE 'SED' ...]
+#           e.g. ... build s3 attn_fwd_sm90.cu 's/kStages = D == 128 ? 3 : 4/kStages = D == 128 ? 3 : 3/'
+#   device: bash dev/cuda/fwd_sed_variants.sh run [ROUNDS]     (run with carry=["build/fwdvar"])
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DIR=build/fwdvar
+NV="nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math -Xcompiler -fopenmp -Xptxas=-v"
+
+build_one() {  # NAME FILE SED
+    local d=$DIR/$1
+    rm -rf "$d" && mkdir -p "$d/src" "$d/dev/cuda"
+    cp -r src/cuda "$d/src/cuda" && cp dev/cuda/attn_fwd.cu "$d/dev/cuda/"
+    sed -i "$3" "$d/src/cuda/$2"
+    diff "src/cuda/$2" "$d/src/cuda/$2" > "$d/diff.txt" || true
+    if [ "$1" != base ] && [ ! -s "$d/diff.txt" ]; then echo "$1: the sed expression changed nothing" >&2; exit 1; fi
+    # attn_fwd.cu includes ../../src/cuda/attn_fwd_sm90.cu: the variant's copy.
+    $NV -I include -I src "$d/dev/cuda/attn_fwd.cu" -o "$d/attn_fwd" > "$d/ptxas.log" 2>&1
+    rm -rf "$d/src" "$d/dev"
+    echo "$1: $(wc -l < "$d/diff.txt") diff lines, $(grep -c C75 "$d/ptxas.log" || true) ptxas C75xx notes," \
+         "spills: $(grep -o '[0-9]* bytes spill stores' "$d/ptxas.log" | sort -u | tr '\n' ' ')"
+}
+
+if [ "${1:-}" = build ]; then
+    shift
+    rm -rf $DIR && mkdir -p $DIR
+    build_one base attn_fwd_sm90.cu 's/^$//'
+    names=(base)
+    while [ $# -ge 3 ]; do build_one "$1" "$2" "$3"; names+=("$1"); shift 3; done
+    echo "${names[*]}" > $DIR/names.txt
+elif [ "${1:-}" = run ]; then
+    rounds=${2:-2}
+    export OMP_NUM_THREADS=16
+    for v in $(cat $DIR/names.txt); do
+        echo "== $v check: $(timeout 120 $DIR/$v/attn_fwd check 2>&1 | tail -1)"
+    done
+    for r in $(seq 1 "$rounds"); do
+        for v in $(cat $DIR/names.txt); do
+            echo "== $v round $r"
+            timeout 100 $DIR/$v/attn_fwd benchstats 2>&1
+        done
+    done
+else
+    sed -n '2,12p' "$0"; exit 1
+fi
