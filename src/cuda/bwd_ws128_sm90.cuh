@@ -87,7 +87,8 @@ __device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t sK,
 // - Dynamic (causal, whose columns differ most in length): a CTA's first column is position
 //   blockIdx.x, each next one gridDim.x + the next value of the p.sched_next counter, drawn once
 //   the producer has issued the last column's row tiles (about two entries before the consumers
-//   finish it): CTAs take the heaviest-first schedule greedily, as the hardware hands out CTAs.
+//   finish it): CTAs take the schedule (heaviest first within windows of four rounds)
+//   greedily, as the hardware hands out CTAs.
 // Measured (bench/results/bwd-s9-persistent.txt, run 6): at 16k causal dynamic beats one CTA per
 // column by 2 % dense and 1-3 % sparse; non-causal, the snake beats dynamic by 1-1.5 %. (The snake
 // on causal calls lost 2-6 % at 32k: bench/results/bench-2026-11-29-s9a.txt.)

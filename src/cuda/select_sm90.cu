@@ -188,14 +188,17 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 }
 
 // ---- schedules: the order in which the main kernel takes the key tiles ("columns") ----
-// Causal: heaviest first over all columns (bl_bwd_schedule_kernel). Otherwise heaviest first
-// within windows of two rounds of the persistent kernel, the windows in the natural (b, kv head,
-// key tile) order (bl_bwd_schedule_window_kernel): concurrent CTAs then work on one or two heads,
-// whose Q / dO rows and dq accumulator stay in L2, where a global sort spreads them over all
-// heads. Measured (bench/results/bwd-s9-schedule.txt, random tile masks): 1 x 16k x 16 x 128 at
-// 10 % kept 1.49 -> 1.31 ms (-12 %), 25 % kept -1.6 %, head dim 64 (16k, 4 x 4k) -2..-6 %, dense
-// level; with causal masks the windows lost 7-8 % at head dim 128 (the causal profile needs the
-// global heaviest-first order), so causal keeps it.
+// Heaviest first within windows of whole rounds of the persistent head-dim-128 kernel, the
+// windows in the natural (b, kv head, key tile) order (bl_bwd_schedule_window_kernel):
+// concurrent CTAs then work on a few heads, whose Q / dO rows and dq accumulator stay in L2,
+// where a global sort spreads them over all heads. Causal calls at head dim 64 (one CTA per
+// column, in the hardware's order) keep the global heaviest-first sort (bl_bwd_schedule_kernel).
+// Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows,
+// static snake) 1 x 16k x 16 x 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 % kept -1.6 %, head
+// dim 64 (16k, 4 x 4k) -2..-6 %, dense level; causal at head dim 128 (bench/results/
+// bwd-s10-causal-windows.txt, four-round windows, dynamic walk) 32k x 24 dense -5 %, sparse
+// -10..-18 %, 16k x 16 dense level, sparse -3..-9 %. (With the static snake the causal windows
+// had lost 7-8 %: their columns differ too much in length.)
 
 enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
 
@@ -260,8 +263,8 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 
 // Window schedule: the columns in their natural order cut into windows of `window` columns, each
 // window sorted by count, descending and stable (rank by counting: a window is at most one CTA's
-// threads, and the O(window^2) compares are ~70 k at 2 x 132).
-enum { SCHED_WINDOW_MAX = 1024 };
+// threads, and the O(window^2) compares are ~280 k at 4 x 132).
+enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4 };
 __global__ void __launch_bounds__(SCHED_WINDOW_MAX)
 bl_bwd_schedule_window_kernel(const int *__restrict__ counts, int num_cols, int window,
                               int *__restrict__ schedule, int4 *__restrict__ recs,
@@ -296,17 +299,19 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, 0, stream>>>(dm, causal, mask, ws->counts,
                                                                     ws->lists);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
-    if (causal) {
+    if (causal && dm.head_dim != 128) {
         bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
                                                                  ws->sched_rec, ws->sched_next);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_kernel");
         return BL_OK;
     }
-    // Two rounds of the persistent head-dim-128 kernel (one CTA per SM, snake order: a window's
-    // heaviest half pairs with its lightest on each CTA).
+    // Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM): two for the
+    // static snake (a window's heaviest half pairs with its lightest on each CTA), four for the
+    // dynamic walk of causal calls.
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
-    const int window = 2 * sms < SCHED_WINDOW_MAX ? 2 * sms : SCHED_WINDOW_MAX;
+    const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
+    const int window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
     bl_bwd_schedule_window_kernel<<<(unsigned)((cols + window - 1) / window), window, 0, stream>>>(
         ws->counts, (int)cols, window, ws->schedule, ws->sched_rec, ws->sched_next);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
