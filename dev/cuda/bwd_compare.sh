@@ -2,7 +2,7 @@
 # bwd_compare.sh -- one device call comparing dev checkers built by bwd_build_tree.sh (or
 # bwd_sed_variants.sh): the first build's float64 check and compute-sanitizer memcheck /
 # racecheck on `small`, then each mode timed with every build, builds alternating, ROUNDS times.
-# Logs to $OUT. Usage (repository root, carry ["build/sedvar"]):
+# Builds alternate in a rotating order. Logs to $OUT. Usage (repository root, carry ["build/sedvar"]):
 #   bash dev/cuda/bwd_compare.sh "base old" "one;sparse1 0.1;sparse1 0.5;sparse64 0.1" 2
 # How bench/results/bwd-s9-persistent.txt (runs 6, 7) and bwd-s9-schedule.txt were made.
 set -u
@@ -19,9 +19,13 @@ echo "== memcheck"; timeout 90 compute-sanitizer --tool memcheck --error-exitcod
 echo "memcheck rc=$?"; tail -2 "$OUT/memcheck.txt"
 echo "== racecheck"; timeout 120 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 "$first" small > "$OUT/racecheck.txt" 2>&1
 echo "racecheck rc=$?"; tail -2 "$OUT/racecheck.txt"
+# Round r starts with build r - 1 (rotated): the first build after a lighter run gains a few
+# percent from the power budget (bench/results/bwd-s10-noncausal-walk.txt), so no build may
+# always be first.
 for mode in "${modes[@]}"; do
     for r in $(seq 1 "$rounds"); do
-        for n in "${names[@]}"; do
+        k=$(( (r - 1) % ${#names[@]} ))
+        for n in "${names[@]:k}" "${names[@]:0:k}"; do
             echo "== $n: $mode (round $r)"
             # shellcheck disable=SC2086  # mode is "what [keep]"
             timeout 60 "$B/$n/attn_bwd" $mode 2>&1 | grep -E " ms " | sed 's/^bench //'
