@@ -19,7 +19,7 @@
 // `bench64` / `bench128` time the shipped kernel against its cp.async form.
 // `sparse1 [KEEP]` / `sparsec [KEEP]` / `sparse64 [KEEP]`: dense, then one random tile mask
 // keeping KEEP (default 0.01): 16k x 16 x 128 full and causal / causal at 16k x 16 and 32k x 24 /
-// head dim 64.
+// head dim 64. `dense128`: the bench's head-dim-128 shapes (16k x 16, 32k x 24), dense only.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -702,6 +702,15 @@ int main(int argc, char **argv) {
         bench_shape(1, 16384, 16, 64, 0);
         bench_shape(1, 16384, 16, 64, 1);
         bench_shape(4, 4096, 16, 64, 0);
+        return 0;
+    }
+    if (!strcmp(what, "dense128")) {  // the bench's head-dim-128 shapes, dense only
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+        g_full_sweep = 0;
+        for (int causal = 0; causal < 2; ++causal) {
+            bench_shape(1, 16384, 16, 128, causal);
+            bench_shape(1, 32768, 24, 128, causal);
+        }
         return 0;
     }
     if (!strcmp(what, "one") || !strcmp(what, "one64")) {  // short dense runs, for ncu

@@ -376,18 +376,23 @@ __device__ __forceinline__ float *park_row_ptr(float *ws, int num_ktiles, const 
 // quad's sum of row (quad_col & 1) in every thread: exchange the row a thread does not keep, then
 // add the other pair's sum. Threads quad_col 2 and 3 hold the same sums as 0 and 1 and store the
 // same value to the same address (one transaction): no branch, no divergence in the hot loop.
+// PARK_SMEM: the slot is in the CTA's shared memory (park_row points there), else in the
+// L2-resident workspace.
+template <bool PARK_SMEM>
 __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadPos &tp, int n,
                                                   const float (&rowsum)[2], const RowState &st) {
     const bool odd = tp.quad_col & 1;
     float mine = odd ? rowsum[1] : rowsum[0];
     mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
     mine += __shfl_xor_sync(0xffffffffu, mine, 2);
-    __stcg(park_row + n, lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]));
+    const float logmass = lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]);
+    if (PARK_SMEM) park_row[n] = logmass;
+    else __stcg(park_row + n, logmass);
 }
 
 // Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
 // tile. `bar_id` is a named barrier over the warpgroup's 128 threads.
-template <int D, bool BF16, bool STATS>
+template <int D, bool BF16, bool STATS, bool PARK_SMEM = false>
 __device__ __forceinline__ void write_outputs(const FwdParams &p, const WorkTile &w, const ThreadPos &tp,
                                               const float (&o)[D / 2], const RowState &st,
                                               float *s_lse2, const float *ws, int bar_id) {
@@ -432,7 +437,9 @@ __device__ __forceinline__ void write_outputs(const FwdParams &p, const WorkTile
             if (n < w.n_end) {
 #pragma unroll
                 for (int r = 0; r < kRowsPerWarpgroup; ++r)
-                    acc += ex2_approx(__ldcg(ws_rows + (int64_t)r * p.num_ktiles + n) - lse2_rows[r]);
+                    acc += ex2_approx((PARK_SMEM ? ws_rows[r * p.num_ktiles + n]
+                                                 : __ldcg(ws_rows + (int64_t)r * p.num_ktiles + n)) -
+                                      lse2_rows[r]);
             }
             wrow[n] = acc;
         }
@@ -513,7 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
                 // While P V runs: the fences keep the compiler from hoisting this above the issue.
                 reg_fence(rowsum[0]);
                 reg_fence(rowsum[1]);
-                park_tile_logmass(park_row, tp, n, rowsum, st);
+                park_tile_logmass<false>(park_row, tp, n, rowsum, st);
             }
             wgmma_wait<0>();
 #pragma unroll
@@ -558,6 +565,12 @@ struct FwdWsSmem {
     static constexpr int kNumBars = 2 + 3 * kStages;
     static constexpr uint32_t kEnd = kBars + kNumBars * 8;
     static constexpr size_t kDynamicBytes = kEnd + kSmemAlign;
+    // Statistics: the parked log2-masses (kBlockM rows x Tn floats) go to shared memory behind
+    // kEnd where they fit (head dim 64 leaves ~80 KB free: Tn <= 128, i.e. Sk <= 16384), else to
+    // the workspace in L2 (bench/notes-fwd.md, ninth session).
+    static constexpr int kParkSmemMaxKtiles = D == 64 ? 128 : 0;
+    static_assert(kDynamicBytes + (size_t)kBlockM * kParkSmemMaxKtiles * 4 <= 232448,
+                  "227 KB of shared memory per CTA on sm_90");
     __device__ static uint32_t q_full(uint32_t b) { return b + kBars; }
     __device__ static uint32_t q_empty(uint32_t b) { return b + kBars + 8; }
     __device__ static uint32_t k_full(uint32_t b, int s) { return b + kBars + 16 + 8 * s; }
@@ -572,7 +585,7 @@ struct FwdTmaParams {
     FwdParams p;
 };
 
-template <int D, bool BF16, bool CAUSAL, bool STATS>
+template <int D, bool BF16, bool CAUSAL, bool STATS, bool PARK_SMEM>
 __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const __grid_constant__ FwdTmaParams tp_) {
     using L = FwdWsSmem<D>;
     constexpr int S = L::kStages;
@@ -632,7 +645,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
     setmaxnreg_inc<kConsumerRegs>();
     const ThreadPos tp = thread_pos(threadIdx.x - kThreadsPerWarpgroup);
     const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
-    float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kParkFloatsPerKeyTile : nullptr;
+    float *ws = !STATS    ? nullptr
+                : PARK_SMEM ? reinterpret_cast<float *>(smem_raw + (base - raw) + L::kEnd)
+                            : p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kParkFloatsPerKeyTile;
     float *park_row = STATS ? park_row_ptr(ws, p.num_ktiles, tp) : nullptr;
     const int my_turn = kBarrierTurn0 + tp.wg, their_turn = kBarrierTurn0 + (tp.wg ^ 1);
     const bool warp_leader = tp.lane == 0;
@@ -667,7 +682,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             if (w.n_end == 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
             softmax_tile<CAUSAL>(s, p, w, tp, 0, st, alpha, rowsum);
             convert_p<BF16>(s, pa);
-            if (STATS) park_tile_logmass(park_row, tp, 0, rowsum, st);
+            if (STATS) park_tile_logmass<PARK_SMEM>(park_row, tp, 0, rowsum, st);
             // key tiles 1 .. n_end-1: issue P(n-1) V and Q K(n)^T, softmax(n) under P(n-1) V
             for (int n = 1; n < w.n_end; ++n) {
                 const int pstage = stage;
@@ -700,7 +715,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
                 // Tile n's statistics at the end of the iteration, where the warpgroup would
                 // otherwise wait for its turn: measured 4% cheaper at 16k x 64 causal than in the
                 // shadow of the next GEMM issue, level elsewhere (bench/results/fwd-parkend-ab.txt).
-                if (STATS) park_tile_logmass(park_row, tp, n, rowsum, st);
+                if (STATS) park_tile_logmass<PARK_SMEM>(park_row, tp, n, rowsum, st);
             }
             // last P V
             mbarrier_wait(L::v_full(base, stage), phase);
@@ -717,7 +732,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             if (warp_leader) mbarrier_arrive(L::kv_empty(base, stage));
             ++it;
         }
-        write_outputs<D, BF16, STATS>(p, w, tp, o, st, s_lse2, ws, kBarrierEpilogue0 + tp.wg);
+        write_outputs<D, BF16, STATS, PARK_SMEM>(p, w, tp, o, st, s_lse2, ws, kBarrierEpilogue0 + tp.wg);
     }
     // Consumer 1 arrived once more on consumer 0's turn barrier than consumer 0 waited.
     if (tp.wg == 0) named_barrier_sync(kBarrierTurn0, kConsumerThreads);
@@ -775,8 +790,14 @@ FwdKernelChoice g_fwd_kernel_choice = kFwdKernelAuto;
 template <int D, bool BF16, bool CAUSAL, bool STATS>
 bl_status launch(const FwdTmaParams &tp, bool use_tma, int grid, cudaStream_t stream) {
     if (use_tma) {
-        auto kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS>;
-        const size_t smem = FwdWsSmem<D>::kDynamicBytes;
+        auto kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS, false>;
+        size_t smem = FwdWsSmem<D>::kDynamicBytes;
+        if constexpr (STATS && FwdWsSmem<D>::kParkSmemMaxKtiles > 0) {
+            if (tp.p.num_ktiles <= FwdWsSmem<D>::kParkSmemMaxKtiles) {
+                kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS, true>;
+                smem += (size_t)kParkFloatsPerKeyTile * tp.p.num_ktiles * sizeof(float);
+            }
+        }
         BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         kernel<<<grid, kWsThreads, smem, stream>>>(tp);
         BL_CUDA_CHECK_LAUNCH("attn_fwd_sm90_ws_kernel");
