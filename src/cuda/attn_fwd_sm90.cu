@@ -14,7 +14,8 @@
 //   cp.async by all threads, K/V double-buffered, one CTA barrier per key tile.
 // Statistics (template flag STATS, compiled out otherwise): after the exp of key tile n each row's
 // tile sum gives a log2-mass log2(tile_sum) + m_used; it is parked in the CTA's own slot of the
-// workspace ((grid, 128, Tn) floats, L2-resident, reused by the CTA's next work tile) at the end
+// workspace ((grid, 128, Tn) floats, L2-resident, reused by the CTA's next work tile) -- or, in
+// the TMA kernel at head dim 64 with Tn <= 128, in the CTA's free shared memory -- at the end
 // of the key-tile iteration, and the epilogue, once lse is known, reduces
 // W[m, n] = sum_rows exp2(logmass - lse2) for its 64-row tile. Every W entry is written by exactly
 // one thread: no atomics, no memset.
