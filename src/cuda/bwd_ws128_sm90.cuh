@@ -10,7 +10,7 @@
 // (bench/results/bwd128-v8-timeline.txt) showed the tensor cores idle for ~870 of every ~4600
 // clocks between an entry's dQ and the next entry's S^T (dQ wait, staging, the list read and the
 // division by tiles_m, the loop-top barrier, the FULL wait). Now the next S^T queues behind dQ;
-// the list entry and its query tile are read one entry ahead; a second dS buffer replaces the
+// the list entries are read ahead; a second dS buffer replaces the
 // loop-top barrier (+5 %, bench/results/bwd128-v9-run.txt).
 // Why persistent (version 10): one CTA per SM walks the schedule's columns (in a static snake
 // order, or from a work counter for causal calls: ws_column below), and the producer loads a
@@ -311,15 +311,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             issue_s(0);
             bl_wgmma_wait<0>();
             bl_reg_fence(s);
-            // The list entry's query tile, one entry ahead: the load and the division (a reciprocal and
-            // conversions on the MUFU pipe) stay off the path from the S^T wait to the exponentials.
+            // The list entries are read ahead: entry it+1's query tile is known when entry it starts
+            // (the division -- a reciprocal and conversions on the MUFU pipe -- stays off the path
+            // from the S^T wait to the exponentials), and entry it+2 is loaded during entry it.
             int m_next = list[0] % tiles_m;
+            int e_ahead = list[count > 1 ? 1 : 0];  // entry it+1 (the last one past the end)
 
             for (int it = 0; it < count; ++it) {
                 const int gi = g0 + it;  // position in the rings
                 const int buf = gi & 1;
                 const int m = m_next;
-                const int e_ahead = list[it + 1 < count ? it + 1 : it];
                 BL_TLC(0);
                 const uint32_t sQ = s0 + L::Q + buf * TILE_BYTES;
                 const uint32_t sdO = s0 + L::DO + buf * TILE_BYTES;
@@ -353,6 +354,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 float2 lse_r[NQ];  // this thread's queries 8t + 2lt (+1)
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) lse_r[t] = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+                // Dlt this early too: read right before dS it waited behind dV's operand reads.
+                float2 dlt_r[NQ];
+#pragma unroll
+                for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
                 BL_TLC(2);
                 bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
                 bl_reg_fence(s);
@@ -402,9 +407,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     bl_wgmma_rs<T, D>(dv_acc, pa[ks],
                                       bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
                 bl_wgmma_commit();
-                float2 dlt_r[NQ];
-#pragma unroll
-                for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
                 bl_wgmma_wait<1>();  // dP^T is done; dV may still run
                 bl_reg_fence(ds);
                 BL_TLC(5);
@@ -452,6 +454,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // before arriving here.
                 named_barrier_sync(WS_BAR_DS, THREADS);
                 BL_TLC(7);
+                // Entry it+2 of the list, from global memory: behind the two fences of this
+                // iteration and an iteration before its use, because a fence waits for every load
+                // in flight (the list read behind the next entry's hand-over fence was ~3 % of the
+                // stall samples, bench/results/bwd-s10-ncu-src.txt).
+                const int e_ahead2 = list[it + 2 < count ? it + 2 : count - 1];
 
                 // ---- dQ(64 x 64) = dS K: warpgroup wg takes d columns 64wg.., all 128 keys ----
                 float dq[32];
@@ -477,6 +484,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
                 BL_TLC(8);
                 m_next = e_ahead % tiles_m;
+                e_ahead = e_ahead2;
                 issue_s(it + 1);
                 // dQ and entry it+1's S^T are done. Waiting for the S^T too is faster than staging
                 // while it runs (537-542 vs 547-550 TFLOP/s, bench/results/bwd128-v9-run.txt), and
