@@ -3,7 +3,7 @@
 # sed expression applied to one file, built into its own dev checker (dev/cuda/attn_fwd.cu) here
 # (no GPU needed); on the device each variant is checked against the float64 reference
 # (`check`) and all are timed with `benchstats` (with and without statistics, eight shapes),
-# interleaved round by round so that clock and power drift hit them alike. "base" (no edit) is
+# interleaved round by round in a rotating order so that clock and power drift hit them alike. "base" (no edit) is
 # always built. The forward counterpart of bwd_sed_variants.sh.
 #
 #   here:   bash dev/cuda/fwd_sed_variants.sh build NAME FILE 'SED' [NAME FILE 'SED' ...]
@@ -41,8 +41,12 @@ elif [ "${1:-}" = run ]; then
     for v in $(cat $DIR/names.txt); do
         echo "== $v check: $(timeout 120 $DIR/$v/attn_fwd check 2>&1 | tail -1)"
     done
+    read -r -a names < $DIR/names.txt
     for r in $(seq 1 "$rounds"); do
-        for v in $(cat $DIR/names.txt); do
+        # Rotated each round: the build timed right after a lighter run reads a few percent fast
+        # (bench/results/bwd-s10-noncausal-walk.txt), so no build may always be first.
+        k=$(( (r - 1) % ${#names[@]} ))
+        for v in "${names[@]:k}" "${names[@]:0:k}"; do
             echo "== $v round $r"
             timeout 100 $DIR/$v/attn_fwd benchstats 2>&1
         done
