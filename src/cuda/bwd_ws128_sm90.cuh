@@ -10,8 +10,8 @@
 // (bench/results/bwd128-v8-timeline.txt) showed the tensor cores idle for ~870 of every ~4600
 // clocks between an entry's dQ and the next entry's S^T (dQ wait, staging, the list read and the
 // division by tiles_m, the loop-top barrier, the FULL wait). Now the next S^T queues behind dQ;
-// the list entries are read ahead; a second dS buffer replaces the
-// loop-top barrier (+5 %, bench/results/bwd128-v9-run.txt).
+// the list entries are read ahead; a second dS buffer replaces the loop-top barrier (+5 %,
+// bench/results/bwd128-v9-run.txt).
 // Why persistent (version 10): one CTA per SM walks the schedule's columns (in a static snake
 // order, or from a work counter for causal calls: ws_column below), and the producer loads a
 // column's first row tiles and its K / V while the consumers finish the last (8k dense +1 %,
