@@ -12,22 +12,23 @@ set -u
 O=${OUT:-/tmp/bwd_ncu_src}
 mkdir -p "$O"
 STEPS=${*:-src128 src64 details cudnn}
+BIN=${BIN:-./build/dev/attn_bwd}  # or a build/sedvar/NAME/attn_bwd (carry build/sedvar)
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 for mode in one one64; do
     step=src128 k="bwd_(wgmma|ws128)_kernel"
-    [ $mode = one64 ] && step=src64 k=bwd_wgmma64p_kernel
+    [ $mode = one64 ] && step=src64 k="bwd_(wgmma64p|ws64)_kernel"
     has $step || continue
     # launch 3 of the run: caches and clocks warm
     timeout 200 ncu --clock-control none -k regex:$k -s 2 -c 1 --section SourceCounters \
         --section WarpStateStats --page source --print-source sass --csv \
-        ./build/dev/attn_bwd $mode > "$O/src-$mode.csv" 2>"$O/src-$mode.err"
+        "$BIN" $mode > "$O/src-$mode.csv" 2>"$O/src-$mode.err"
     echo "ncu $mode rc=$? $(wc -c < "$O/src-$mode.csv") bytes"
     gzip -f "$O/src-$mode.csv"
 done
 if has details; then
     timeout 120 ncu --clock-control none -k regex:"bwd_(wgmma|ws128)_kernel" -s 2 -c 1 --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats \
-        --section WarpStateStats --section ComputeWorkloadAnalysis ./build/dev/attn_bwd one > "$O/bwd128-details.txt" 2>&1
+        --section WarpStateStats --section ComputeWorkloadAnalysis "$BIN" one > "$O/bwd128-details.txt" 2>&1
     echo "ncu details rc=$?"
 fi
 if has cudnn; then

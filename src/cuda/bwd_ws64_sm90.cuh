@@ -224,11 +224,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         }
 
         // ---- dS^T = P^T * (dP^T - Dlt), then both A operands packed ----
+        // Dlt read before the wait: right after it the LDS waited behind the products (-1 %,
+        // bench/results/bwd-s11-d64.txt).
+        float2 dlt_r[NQ];
+#pragma unroll
+        for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
         bl_wgmma_wait<0>();  // dP^T is done
         bl_reg_fence(ds);
 #pragma unroll
         for (int t = 0; t < NQ; ++t) {
-            const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+            const float2 dd = dlt_r[t];
             ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
             ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
             ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
