@@ -12,8 +12,8 @@
 // division by tiles_m, the loop-top barrier, the FULL wait). Now the next S^T queues behind dQ;
 // the list entries are read ahead; a second dS buffer replaces the loop-top barrier (+5 %,
 // bench/results/bwd128-v9-run.txt).
-// Why persistent (version 10): one CTA per SM walks the schedule's columns (in a static snake
-// order, or from a work counter for causal calls: ws_column below), and the producer loads a
+// Why persistent (version 10): one CTA per SM walks the schedule's columns (drawn from a work
+// counter: ws_column below), and the producer loads a
 // column's first row tiles and its K / V while the consumers finish the last (8k dense +1 %,
 // 1 % sparse -3..-4 %, 16k causal +1.4 %: bench/results/bwd-s9-persistent.txt).
 //
@@ -32,7 +32,10 @@
 namespace bl_bwd {
 
 constexpr int WS_THREADS = THREADS + 128;   // producer warpgroup + the two consumer warpgroups
-constexpr int WS_PRODUCER_REGS = 24;        // 128 x (24 + 2 x 240) = 64512 <= 65536
+// setmaxnreg only moves registers within the CTA's launch allocation: 384 threads x 168 (the
+// __launch_bounds__ cap), so 24 + 2 x 240 = 504 = 3 x 168 is the most; more and setmaxnreg.inc
+// waits forever (32 / 240 hung; 40 / 232 ran 1-3 % slower: bench/results/bwd-s11-producer-regs.txt).
+constexpr int WS_PRODUCER_REGS = 24;
 constexpr int WS_CONSUMER_REGS = 240;
 // Named barriers of the consumer warpgroups (0 is __syncthreads). Version 10 uses only WS_BAR_DS
 // (once per entry); the head-dim-64 kernel (bwd_ws64_sm90.cuh) both.
@@ -80,22 +83,17 @@ __device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t sK,
 
 // The persistent kernel's work. The producer picks each column of its CTA and sends the column's
 // 16-byte schedule record to the consumers and the reducer through a two-slot ring in shared
-// memory, by TMA (COLFULL / COLEMPTY); record {-1, ...} ends the walk. Two ways to pick:
-// - Static snake (non-causal): in round k, CTA x takes schedule position k grid + x (k even) or
-//   k grid + grid - 1 - x (k odd). The schedule is heaviest first within windows of two rounds
-//   (select_sm90.cu), so each CTA pairs a window's heavy column with a light one.
-// - Dynamic (causal, whose columns differ most in length): a CTA's first column is position
-//   blockIdx.x, each next one gridDim.x + the next value of the p.sched_next counter, drawn once
-//   the producer has issued the last column's row tiles (about two entries before the consumers
-//   finish it): CTAs take the schedule (heaviest first within windows of four rounds)
-//   greedily, as the hardware hands out CTAs.
-// Measured (bench/results/bwd-s9-persistent.txt, run 6): at 16k causal dynamic beats one CTA per
-// column by 2 % dense and 1-3 % sparse; non-causal, the snake beats dynamic by 1-1.5 %. (The snake
-// on causal calls lost 2-6 % at 32k: bench/results/bench-2026-11-29-s9a.txt.)
-__device__ __forceinline__ int64_t ws_snake_position(int k) {
-    const int64_t x = (k & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    return (int64_t)k * gridDim.x + x;
-}
+// memory, by TMA (COLFULL / COLEMPTY); record {-1, ...} ends the walk.
+// The CTA's first column is schedule position blockIdx.x, each next one gridDim.x + the next
+// value of the p.sched_next counter, drawn once the producer has issued the last column's row
+// tiles (about two entries before the consumers finish it): CTAs take the schedule (heaviest
+// first within windows of whole rounds, select_sm90.cu) greedily, as the hardware hands out CTAs.
+// Measured: at 16k causal this dynamic walk beats one CTA per column by 2 % dense and 1-3 % sparse
+// (bench/results/bwd-s9-persistent.txt, run 6). Non-causal calls walked a static snake until the
+// tenth session (round k: CTA x took position k grid + x, or k grid + grid - 1 - x for odd k),
+// which had measured 1-1.5 % ahead at 8k; on the bench's inputs the dynamic walk is level at 16k
+// x 16 dense, -3.5 % at 32k x 24 dense and -3..-10 % on the 32k video-mask rows
+// (bench/results/bwd-s11-noncausal-dynamic.txt).
 struct ws_column {
     int64_t b, g, n;
     int count;        // list entries; -1: past the schedule's end
@@ -198,9 +196,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // Column k: its record into slot k & 1 once column k-2's has been read.
                 const int slot = k & 1;
                 mbarrier_wait(bars + ws_bars::COLEMPTY + 8 * slot, ((uint32_t)(k >> 1) & 1u) ^ 1u);
-                int64_t pos = !p.causal ? ws_snake_position(k)
-                              : k == 0  ? (int64_t)blockIdx.x
-                                        : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
+                int64_t pos = k == 0 ? (int64_t)blockIdx.x
+                                     : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
                 pos = pos < num_cols ? pos : num_cols;  // the end record
                 mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
                 bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + pos, sizeof(int4),

@@ -194,11 +194,11 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 // where a global sort spreads them over all heads. Causal calls at head dim 64 (one CTA per
 // column, in the hardware's order) keep the global heaviest-first sort (bl_bwd_schedule_kernel).
 // Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows,
-// static snake) 1 x 16k x 16 x 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 % kept -1.6 %, head
-// dim 64 (16k, 4 x 4k) -2..-6 %, dense level; causal at head dim 128 (bench/results/
-// bwd-s10-causal-windows.txt, four-round windows, dynamic walk) 32k x 24 dense -5 %, sparse
-// -10..-18 %, 16k x 16 dense level, sparse -3..-9 %. (With the static snake the causal windows
-// had lost 7-8 %: their columns differ too much in length.)
+// then with a static snake walk) 1 x 16k x 16 x 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 %
+// kept -1.6 %, head dim 64 (16k, 4 x 4k) -2..-6 %, dense level; causal at head dim 128
+// (bench/results/bwd-s10-causal-windows.txt, four-round windows, dynamic walk) 32k x 24 dense
+// -5 %, sparse -10..-18 %, 16k x 16 dense level, sparse -3..-9 %. (With the static snake the
+// causal windows had lost 7-8 %: their columns differ too much in length.)
 
 enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
 
@@ -305,9 +305,9 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
         BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_kernel");
         return BL_OK;
     }
-    // Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM): two for the
-    // static snake (a window's heaviest half pairs with its lightest on each CTA), four for the
-    // dynamic walk of causal calls.
+    // Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM, dynamic
+    // walk): two for non-causal calls, four for causal ones (bench/results/
+    // bwd-s11-noncausal-dynamic.txt: four cost 1.3 % at 16k x 16 dense non-causal).
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
     const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
