@@ -95,6 +95,8 @@ struct FwdParams {
     int num_mtiles;   // Tm = ceil(Sq / BL_TILE_M)
     int num_ktiles;   // Tn = ceil(Sk / BL_TILE_N)
     int num_work;     // batch * heads_q * num_mblocks
+    int causal_group;   // causal schedule: (b, h) pairs per group (causal_group_size)
+    int causal_rounds;  // and rounds of the persistent grid per group
     float scale_log2;  // scale * log2(e), never 0 (see the launcher)
     int scale_positive;
 };
@@ -165,26 +167,40 @@ struct WorkTile {
     int b, h, hk;
     int64_t row0;
     int n_end;
+    bool skip;  // an empty slot of the round (causal head groups): no tile, no output
 };
 
 // Static schedule: round r gives CTA i work r*grid + i.
 // Non-causal: head-major order, so that the CTAs running at one time share one (b, h) and its
 // K/V stay in L2 instead of every CTA streaming a different head from memory.
 // Causal: work tiles differ in length (the row block's distance to the diagonal), so they go
-// longest first across all heads, and every other round runs in reverse CTA order (snake) so
-// that no CTA always draws the longest tile of its round. Returns false past the last work.
+// longest first, and every other round runs in reverse CTA order (snake) so that no CTA always
+// draws the longest tile of its round. Longest first within groups of p.causal_group (b, h)
+// pairs, each group in whole rounds of its own (the last round's empty slots are skipped: they
+// would have held its shortest tiles), so that the CTAs running together read the K / V of a
+// few heads (causal_group_size). Returns false past the last work.
 template <bool CAUSAL>
 __device__ __forceinline__ bool decode_work(const FwdParams &p, int round, WorkTile &t) {
-    int slot_in_round = blockIdx.x;
-    if (CAUSAL && (round & 1)) slot_in_round = gridDim.x - 1 - blockIdx.x;
-    const int work = round * gridDim.x + slot_in_round;
-    if (work >= p.num_work) return false;
+    t.skip = false;
     int bh, mb;
     if (CAUSAL) {
         const int bh_count = p.batch * p.heads_q;
-        mb = p.num_mblocks - 1 - work / bh_count;
-        bh = work % bh_count;
+        const int group = p.causal_group;
+        const int first = round / p.causal_rounds * group;  // the group's first (b, h)
+        if (first >= bh_count) return false;
+        const int r = round % p.causal_rounds;
+        const int slot = (r & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+        const int work = r * gridDim.x + slot;  // in the group
+        const int size = min(group, bh_count - first);  // the last group may be smaller
+        if (work >= size * p.num_mblocks) {
+            t.skip = true;
+            return true;
+        }
+        mb = p.num_mblocks - 1 - work / size;
+        bh = first + work % size;
     } else {
+        const int work = round * gridDim.x + blockIdx.x;
+        if (work >= p.num_work) return false;
         bh = work / p.num_mblocks;
         mb = work - bh * p.num_mblocks;
     }
@@ -467,6 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
 
     WorkTile w;
     for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
+        if (w.skip) continue;  // uniform over the CTA
         const uint16_t *qg = p.q + w.b * p.q_sb + w.row0 * p.q_ss + w.h * p.q_sh;
         const uint16_t *kg = p.k + w.b * p.k_sb + w.hk * p.k_sh;
         const uint16_t *vg = p.v + w.b * p.v_sb + w.hk * p.v_sh;
@@ -616,7 +633,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             int tiles = 0, it = 0;
             WorkTile w;
             for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
-                if (w.n_end == 0) continue;
+                if (w.skip || w.n_end == 0) continue;
                 mbarrier_wait(L::q_empty(base), (tiles & 1) ^ 1);
                 mbarrier_arrive_expect_tx(L::q_full(base), L::kQBytes);
                 for (int pn = 0; pn < L::kPanels; ++pn)
@@ -657,6 +674,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
     int tiles = 0, it = 0;
     WorkTile w;
     for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
+        if (w.skip) continue;  // uniform over the CTA: both consumers skip the same slots
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -762,6 +780,25 @@ bl_status require_sm90_device(int *sm_count) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// (b, h) pairs per group of the causal schedule (decode_work): as many as have their K / V in
+// kCausalGroupL2Bytes (query heads sharing a K / V head count once), but at least two rounds of
+// work tiles per group so that the snake can pair long tiles with short ones. Measured on the
+// dev checker (bench/results/fwd-s11-causal-head-groups.txt, second call): one group of all heads
+// ran 32k x 24 x 128 causal 8-10 % slower than groups of 4-8 (16 MB of K / V per head), 16k x 16 x
+// 128 level to 3 % slower than groups of 8; groups that fill one round or less lost 45-85 %
+// (4 x 4k x 16 x 64 with groups of 4: every round waits for its longest tile).
+constexpr int64_t kCausalGroupL2Bytes = 64ll << 20;
+int causal_group_size(const bl_attn_desc *d, int64_t num_mblocks, int grid) {
+    const int64_t bh = d->batch * d->heads_q;
+    const int64_t kv_bytes = 2 * d->seqlen_k * d->head_dim * 2;  // one K / V head, 16-bit
+    const int64_t per_q_head = (kv_bytes + d->heads_q / d->heads_k - 1) / (d->heads_q / d->heads_k);
+    int64_t g = kCausalGroupL2Bytes / (per_q_head > 0 ? per_q_head : 1);
+    const int64_t two_rounds = num_mblocks > 0 ? ceil_div(2 * (int64_t)grid, num_mblocks) : 1;
+    g = g > two_rounds ? g : two_rounds;
+    g = g < bh ? g : bh;
+    return (int)(g > 0 ? g : 1);
+}
 
 // Stats workspace: one (kBlockM, Tn) float slot per resident CTA (one CTA per SM).
 size_t stats_workspace_bytes(const bl_attn_desc *d, int sms) {
@@ -908,6 +945,8 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
         p.stats_ws = (float *)d->workspace;
     }
     const int grid = (int)(num_work < sms ? num_work : sms);
+    p.causal_group = causal_group_size(d, num_mblocks, grid);
+    p.causal_rounds = grid > 0 ? (int)ceil_div((int64_t)p.causal_group * num_mblocks, grid) : 1;
     cudaStream_t stream = (cudaStream_t)d->stream;
     const bool causal = d->causal != 0, stats = tile_mass != NULL;
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
