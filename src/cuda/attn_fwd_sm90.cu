@@ -785,9 +785,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // kCausalGroupL2Bytes (query heads sharing a K / V head count once), but at least two rounds of
 // work tiles per group so that the snake can pair long tiles with short ones. Measured on the
 // dev checker (bench/results/fwd-s11-causal-head-groups.txt, second call): one group of all heads
-// ran 32k x 24 x 128 causal 8-10 % slower than groups of 4-8 (16 MB of K / V per head), 16k x 16 x
-// 128 level to 3 % slower than groups of 8; groups that fill one round or less lost 45-85 %
-// (4 x 4k x 16 x 64 with groups of 4: every round waits for its longest tile).
+// ran 32k x 24 x 128 causal 8-10 % slower than groups of 4-8 (5-7 % with statistics; 16 MB of
+// K / V per head), 16k x 16 x 128 level to 3 % slower than groups of 8; groups that fill one
+// round or less lost 45-85 % (4 x 4k x 16 x 64 with groups of 4: every round waits for its
+// longest tile).
 constexpr int64_t kCausalGroupL2Bytes = 64ll << 20;
 int causal_group_size(const bl_attn_desc *d, int64_t num_mblocks, int grid) {
     const int64_t bh = d->batch * d->heads_q;

@@ -13,9 +13,9 @@
 // the list entries are read ahead; a second dS buffer replaces the loop-top barrier (+5 %,
 // bench/results/bwd128-v9-run.txt).
 // Why persistent (version 10): one CTA per SM walks the schedule's columns (drawn from a work
-// counter: ws_column below), and the producer loads a
-// column's first row tiles and its K / V while the consumers finish the last (8k dense +1 %,
-// 1 % sparse -3..-4 %, 16k causal +1.4 %: bench/results/bwd-s9-persistent.txt).
+// counter: ws_column below), and the producer loads a column's first row tiles and its K / V
+// while the consumers finish the last (8k dense +1 %, 1 % sparse -3..-4 %, 16k causal +1.4 %:
+// bench/results/bwd-s9-persistent.txt).
 //
 // 384 threads, one CTA per SM; a column is (b, kv head, 128-key tile):
 //   warpgroup 0, producer (24 registers): warp 0 picks the columns, loads each one's K / V and
