@@ -177,6 +177,20 @@ __device__ __forceinline__ void dq_block_stage(uint32_t sdq, const float (&dq)[3
     }
 }
 
+// dS^T = P^T * (dP^T - Dlt), in place of dP^T's accumulator fragment ds (NT n8 tiles of queries;
+// this thread's queries 8t + 2lt and 8t + 2lt + 1 have Dlt dlt[t].x and .y).
+template <int NT>
+__device__ __forceinline__ void ds_from_dp(float (&ds)[4 * NT], const float (&p)[4 * NT],
+                                           const float2 (&dlt)[NT]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        ds[4 * t + 0] = p[4 * t + 0] * (ds[4 * t + 0] - dlt[t].x);
+        ds[4 * t + 1] = p[4 * t + 1] * (ds[4 * t + 1] - dlt[t].y);
+        ds[4 * t + 2] = p[4 * t + 2] * (ds[4 * t + 2] - dlt[t].x);
+        ds[4 * t + 3] = p[4 * t + 3] * (ds[4 * t + 3] - dlt[t].y);
+    }
+}
+
 // The block staged at sdq added into the fp32 accumulator at (columns col0.., q head h, rows
 // row.., batch b) by two TMA reduce-adds from the calling thread, as one bulk group (rows past
 // Sq are skipped by TMA).

@@ -409,14 +409,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 BL_TLC(5);
 
                 // ---- dS^T = P^T * (dP^T - Dlt) ----
-#pragma unroll
-                for (int t = 0; t < NQ; ++t) {
-                    const float2 dd = dlt_r[t];
-                    ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
-                    ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
-                    ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
-                    ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
-                }
+                ds_from_dp<NQ>(ds, s, dlt_r);
                 uint32_t dsa[BM / 16][4];
 #pragma unroll
                 for (int ks = 0; ks < BM / 16; ++ks) {
