@@ -2,8 +2,8 @@
 # build_trees.sh -- build the backward dev checker from the working tree ("base") and from the
 # working tree with each given wip patch applied (NAME=PATCH), here, into build/sedvar/NAME, for
 # one device call of dev/cuda/bwd_compare.sh. Run from the repository root:
-#   bash dev/cuda/wip/build_trees.sh stg=dev/cuda/wip/bwd-ws128-stage-under-dpt.patch \
-#        v6=dev/cuda/wip/bwd-ws64-v6-dq-behind-dkdv.patch
+#   bash dev/cuda/wip/build_trees.sh stg=/tmp/stage.patch v6=/tmp/v6.patch
+# (how bench/results/bwd-s12-wip.txt was made, with two patches since deleted)
 # then on the device (carry ["build/sedvar"]), e.g.
 #   bash dev/cuda/bwd_compare.sh "stg base" "one;dense128;sparse1 0.1;sparsec 0.1" 3
 #   bash dev/cuda/bwd_compare.sh "v6 base" "one64;sparse64 0.1" 3
