@@ -431,6 +431,8 @@ int main(int argc, char **argv) {
         // B, Sq, Sk, Hq, Hk, D, bf16, causal, pad, scale_mul, q_amp, nan_row
         cases.push_back({1, 200, 333, 2, 1, 128, true, false, 8, 1.f, 1.f, -1});
         cases.push_back({1, 333, 200, 2, 2, 64, false, true, 0, 1.f, 1.f, -1});
+        // Head dim 64 without mask: three consumers (192-row tiles; 333 = 192 + 141), NaN row
+        cases.push_back({1, 333, 200, 2, 2, 64, true, false, 8, 1.f, 1.f, 7});
         // More work tiles than SMs: several tiles per CTA, so the TMA kernel's deferred W
         // reduction (tile t summed during tile t+1) runs across tiles and parities.
         cases.push_back({1, 2048, 300, 40, 8, 64, true, true, 0, 1.f, 1.f, -1});
@@ -455,6 +457,12 @@ int main(int argc, char **argv) {
             cases.push_back({1, 2048, 2048, 2, 1, 128, true, true, 0, 1.f, 1.f, -1});
             cases.push_back({1, 2048, 2048, 2, 2, 64, false, false, 0, 1.f, 1.f, -1});
             cases.push_back({1, 4096, 1500, 1, 1, 128, true, false, 0, 1.f, 2.f, -1});
+            // Three consumers (head dim 64, no mask): more tiles than SMs, Sq a multiple of 192,
+            // one query row, scale < 0, GQA with odd lengths
+            cases.push_back({2, 1000, 777, 40, 8, 64, true, false, 8, 1.f, 1.f, -1});
+            cases.push_back({1, 192, 192, 1, 1, 64, true, false, 0, 1.f, 3.f, -1});
+            cases.push_back({1, 1, 513, 2, 2, 64, false, false, 0, -1.f, 1.f, -1});
+            cases.push_back({3, 130, 4100, 6, 2, 64, false, false, 0, 1.f, 1.f, 100});
         }
         int fails = check_unsupported();
         for (const Case &c : cases) fails += !run_case(c, true);

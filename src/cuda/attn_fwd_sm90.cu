@@ -2,8 +2,8 @@
 // backend's availability / workspace queries.
 //
 // Both kernels are persistent (one CTA per SM, a static schedule of work tiles of 128 query rows
-// of one (batch, head)) and share the math:
-//   - two consumer warpgroups, each owning 64 query rows (= one BL_TILE_M row tile of W);
+// of one (batch, head); 192 in kernel 2 at head dim 64 without mask or statistics) and share the math:
+//   - two (or three) consumer warpgroups, each owning 64 query rows (= one BL_TILE_M row tile of W);
 //   - K/V tiles of 128 keys (= one BL_TILE_N key tile of W) in 128B-swizzled shared memory;
 //   - S = Q K^T with wgmma (both operands in shared memory), online softmax in base 2 on the
 //     accumulator registers, O += P V with wgmma taking P from registers (no shared-memory round
@@ -91,7 +91,7 @@ struct FwdParams {
     float *stats_ws;   // stats_ws: (gridDim.x, kBlockM, Tn) fp32, per-row tile log2-masses
     int64_t seqlen_q, seqlen_k;
     int batch, heads_q, heads_per_kv;
-    int num_mblocks;  // ceil(Sq / kBlockM)
+    int num_mblocks;  // ceil(Sq / the kernel's rows per work tile)
     int num_mtiles;   // Tm = ceil(Sq / BL_TILE_M)
     int num_ktiles;   // Tn = ceil(Sk / BL_TILE_N)
     int num_work;     // batch * heads_q * num_mblocks
@@ -162,7 +162,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 // ---- pieces shared by both kernels ----
 
-// One work tile: 128 query rows [row0, row0+128) of head h of batch b, over key tiles [0, n_end).
+// One work tile: BLOCK_M (128, or 192 for kernel 2 with three consumers) query rows
+// [row0, row0 + BLOCK_M) of head h of batch b, over key tiles [0, n_end).
 struct WorkTile {
     int b, h, hk;
     int64_t row0;
@@ -179,7 +180,7 @@ struct WorkTile {
 // pairs, each group in whole rounds of its own (the last round's empty slots are skipped: they
 // would have held its shortest tiles), so that the CTAs running together read the K / V of a
 // few heads (causal_group_size). Returns false past the last work.
-template <bool CAUSAL>
+template <bool CAUSAL, int BLOCK_M = kBlockM>
 __device__ __forceinline__ bool decode_work(const FwdParams &p, int round, WorkTile &t) {
     t.skip = false;
     int bh, mb;
@@ -207,11 +208,11 @@ __device__ __forceinline__ bool decode_work(const FwdParams &p, int round, WorkT
     t.b = bh / p.heads_q;
     t.h = bh - t.b * p.heads_q;
     t.hk = t.h / p.heads_per_kv;
-    t.row0 = (int64_t)mb * kBlockM;
+    t.row0 = (int64_t)mb * BLOCK_M;
     t.n_end = p.num_ktiles;
     if (CAUSAL) {
         const int64_t causal_shift = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + shift
-        const int64_t last_row = min(t.row0 + kBlockM - 1, p.seqlen_q - 1);
+        const int64_t last_row = min(t.row0 + BLOCK_M - 1, p.seqlen_q - 1);
         const int64_t last_key = last_row + causal_shift;
         t.n_end = last_key < 0 ? 0 : (int)min((int64_t)p.num_ktiles, last_key / kBlockN + 1);
     }
@@ -377,7 +378,8 @@ __device__ __forceinline__ void rescale_o(float (&o)[NREGS], const float (&alpha
     }
 }
 
-// Floats one key tile takes in a CTA's statistics slot: one parked log2-mass per row. (Other
+// Floats one key tile takes in a kernel 1 CTA's statistics slot (kernel 2: FwdWsSmem::kRows):
+// one parked log2-mass per row. (Other
 // parking layouts were measured and rejected: bench/notes-fwd.md, bench/results/final1-*.)
 constexpr int kParkFloatsPerKeyTile = kBlockM;
 
@@ -550,27 +552,39 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
 
 // =============================================================================================
 // Kernel 2 ("ws", warp-specialized): a producer warpgroup whose one thread streams Q and a
-// K/V ring (kWsStages deep) with TMA, completing on mbarriers; two consumer warpgroups (64 rows
-// each) that take turns issuing their GEMMs (ping-pong over two named barriers), so that one
-// warpgroup's softmax runs while the other's GEMMs occupy the tensor cores. Inside a consumer,
+// K/V ring (kStages deep) with TMA, completing on mbarriers; two or three consumer warpgroups
+// (64 rows each) that take turns issuing their GEMMs (a ring of named barriers), so that one
+// warpgroup's softmax runs while the others' GEMMs occupy the tensor cores. Inside a consumer,
 // P(n-1) V and Q K(n)^T are issued together and softmax(n) runs while P(n-1) V is in flight.
 // =============================================================================================
-constexpr int kWsWarpgroups = 3;  // producer + 2 consumers
-constexpr int kWsThreads = kWsWarpgroups * kThreadsPerWarpgroup;
-constexpr int kConsumerThreads = kWarpgroups * kThreadsPerWarpgroup;
-constexpr int kConsumerWarps = kConsumerThreads / 32;
-// Registers per thread after setmaxnreg: 128 * (24 + 2 * 240) = 64512 <= 65536.
+// Consumer warpgroups (NWG) of kernel 2: two (128-row work tiles) everywhere but at head dim
+// 64 without causal mask, which takes three (192-row work tiles) as FlashAttention-3 does: at
+// head dim 64 a tile's exponentials take about as long as its two GEMMs, so with two consumers
+// the tensor cores wait while both run softmax; with three, two warpgroups' GEMMs cover the
+// third one's softmax (bench/notes-fwd.md, eleventh session). The causal code does not fit
+// three warpgroups' 160 registers (it spills).
+constexpr int kD64NonCausalConsumers = 3;
+template <int NWG>
+__host__ __device__ constexpr int ws_threads() { return (NWG + 1) * kThreadsPerWarpgroup; }  // + the producer
+// Registers per thread after setmaxnreg: 128 * (24 + 2 * 240) = 64512 <= 65536 with two
+// consumers, 128 * (24 + 3 * 160) = 64512 with three. setmaxnreg moves registers only within the
+// launch allocation (65536 / threads each), so the sum must stay within it.
 constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
-// Named barriers of kernel 2: two for the ping-pong turns, one per consumer for its epilogue.
+template <int NWG>
+__host__ __device__ constexpr int consumer_regs() { return NWG == 2 ? 240 : 160; }
+// Named barriers of kernel 2: one per consumer for the turns (consumer w waits on barrier
+// kBarrierTurn0 + w, which its predecessor in the ring arrives on: two warpgroups per barrier),
+// then one per consumer for its epilogue.
 constexpr int kBarrierTurn0 = 1;
-constexpr int kBarrierEpilogue0 = 3;
+constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
 
-template <int D>
+// PARK_SMEM: the statistics' parking slot follows kEnd (three consumers give up a K/V stage for it).
+template <int D, int NWG, bool PARK_SMEM = false>
 struct FwdWsSmem {
-    static constexpr int kStages = D == 128 ? 3 : 4;  // as deep as 227 KB allow
+    static constexpr int kRows = NWG * kRowsPerWarpgroup;  // query rows per work tile
+    static constexpr int kStages = D == 128 ? 3 : (NWG == 3 && PARK_SMEM ? 3 : 4);  // as deep as 227 KB allow
     static constexpr int kPanels = D / kPanelCols;
-    static constexpr uint32_t kQPanelBytes = kBlockM * BL_SWIZZLE_ROW_BYTES;
+    static constexpr uint32_t kQPanelBytes = kRows * BL_SWIZZLE_ROW_BYTES;
     static constexpr uint32_t kKVPanelBytes = kBlockN * BL_SWIZZLE_ROW_BYTES;
     static constexpr uint32_t kQBytes = kPanels * kQPanelBytes;
     static constexpr uint32_t kKVBytes = kPanels * kKVPanelBytes;
@@ -578,16 +592,16 @@ struct FwdWsSmem {
     static constexpr uint32_t kK = kQ + kQBytes;
     static constexpr uint32_t kV = kK + kStages * kKVBytes;
     static constexpr uint32_t kLse2 = kV + kStages * kKVBytes;
-    static constexpr uint32_t kBars = kLse2 + kBlockM * sizeof(float);
+    static constexpr uint32_t kBars = kLse2 + kRows * sizeof(float);
     // mbarriers (8 bytes each): q_full, q_empty, then k_full, v_full, kv_empty per stage.
     static constexpr int kNumBars = 2 + 3 * kStages;
     static constexpr uint32_t kEnd = kBars + kNumBars * 8;
     static constexpr size_t kDynamicBytes = kEnd + kSmemAlign;
-    // Statistics: the parked log2-masses (kBlockM rows x Tn floats) go to shared memory behind
-    // kEnd where they fit (head dim 64 leaves ~80 KB free: Tn <= 128, i.e. Sk <= 16384), else to
-    // the workspace in L2 (bench/notes-fwd.md, ninth session).
+    // Statistics: the parked log2-masses (kRows rows x Tn floats) go to shared memory behind
+    // kEnd where they fit (head dim 64 leaves 64 / 96 KB for two / three consumers: Tn <= 128,
+    // i.e. Sk <= 16384), else to the workspace in L2 (bench/notes-fwd.md, ninth session).
     static constexpr int kParkSmemMaxKtiles = D == 64 ? 128 : 0;
-    static_assert(kDynamicBytes + (size_t)kBlockM * kParkSmemMaxKtiles * 4 <= 232448,
+    static_assert(!PARK_SMEM || kDynamicBytes + (size_t)kRows * kParkSmemMaxKtiles * 4 <= 232448,
                   "227 KB of shared memory per CTA on sm_90");
     __device__ static uint32_t q_full(uint32_t b) { return b + kBars; }
     __device__ static uint32_t q_empty(uint32_t b) { return b + kBars + 8; }
@@ -597,16 +611,18 @@ struct FwdWsSmem {
 };
 
 struct FwdTmaParams {
-    CUtensorMap tm_q;  // q as (D, Sq, Hq, B), box (64, 128, 1, 1), 128B swizzle
+    CUtensorMap tm_q;  // q as (D, Sq, Hq, B), box (64, rows of a work tile, 1, 1), 128B swizzle
     CUtensorMap tm_k;  // k as (D, Sk, Hk, B), same box
     CUtensorMap tm_v;  // v as (D, Sk, Hk, B), same box
     FwdParams p;
 };
 
-template <int D, bool BF16, bool CAUSAL, bool STATS, bool PARK_SMEM>
-__global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const __grid_constant__ FwdTmaParams tp_) {
-    using L = FwdWsSmem<D>;
+template <int D, bool BF16, bool CAUSAL, bool STATS, bool PARK_SMEM, int NWG>
+__global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(const __grid_constant__ FwdTmaParams tp_) {
+    using L = FwdWsSmem<D, NWG, PARK_SMEM>;
     constexpr int S = L::kStages;
+    constexpr int kConsumerWarps = NWG * kThreadsPerWarpgroup / 32;
+    static_assert(NWG == 2 || (D == 64 && !CAUSAL), "three consumers: non-causal head dim 64 only");
     const FwdParams &p = tp_.p;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -632,7 +648,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
         if (threadIdx.x == 0) {
             int tiles = 0, it = 0;
             WorkTile w;
-            for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
+            for (int round = 0; decode_work<CAUSAL, L::kRows>(p, round, w); ++round) {
                 if (w.skip || w.n_end == 0) continue;
                 mbarrier_wait(L::q_empty(base), (tiles & 1) ^ 1);
                 mbarrier_arrive_expect_tx(L::q_full(base), L::kQBytes);
@@ -660,21 +676,21 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
     }
 
     // ---------------- consumers ----------------
-    setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<consumer_regs<NWG>()>();
     const ThreadPos tp = thread_pos(threadIdx.x - kThreadsPerWarpgroup);
     const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
     float *ws = !STATS    ? nullptr
                 : PARK_SMEM ? reinterpret_cast<float *>(smem_raw + (base - raw) + L::kEnd)
-                            : p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kParkFloatsPerKeyTile;
+                            : p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * L::kRows;
     float *park_row = STATS ? park_row_ptr(ws, p.num_ktiles, tp) : nullptr;
-    const int my_turn = kBarrierTurn0 + tp.wg, their_turn = kBarrierTurn0 + (tp.wg ^ 1);
+    const int my_turn = kBarrierTurn0 + tp.wg, their_turn = kBarrierTurn0 + (tp.wg + 1) % NWG;
     const bool warp_leader = tp.lane == 0;
-    if (tp.wg == 1) named_barrier_arrive(kBarrierTurn0, kConsumerThreads);  // consumer 0 first
+    if (tp.wg == NWG - 1) named_barrier_arrive(kBarrierTurn0, kTurnThreads);  // consumer 0 first
 
     int tiles = 0, it = 0;
     WorkTile w;
-    for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
-        if (w.skip) continue;  // uniform over the CTA: both consumers skip the same slots
+    for (int round = 0; decode_work<CAUSAL, L::kRows>(p, round, w); ++round) {
+        if (w.skip) continue;  // uniform over the CTA: every consumer skips the same slots
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -690,11 +706,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             int stage = it % S;
             uint32_t phase = (it / S) & 1;
             mbarrier_wait(L::k_full(base, stage), phase);
-            named_barrier_sync(my_turn, kConsumerThreads);
+            named_barrier_sync(my_turn, kTurnThreads);
             wgmma_fence();
             issue_qk<D, BF16>(s, sQ_rows, L::kQPanelBytes, base + L::kK + stage * L::kKVBytes);
             wgmma_commit();
-            named_barrier_arrive(their_turn, kConsumerThreads);
+            named_barrier_arrive(their_turn, kTurnThreads);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
@@ -711,7 +727,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
                 phase = (it / S) & 1;
                 mbarrier_wait(L::k_full(base, stage), phase);
                 mbarrier_wait(L::v_full(base, pstage), pphase);
-                named_barrier_sync(my_turn, kConsumerThreads);
+                named_barrier_sync(my_turn, kTurnThreads);
 #pragma unroll
                 for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
                 wgmma_fence();
@@ -719,7 +735,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
                 wgmma_commit();
                 issue_pv<D, BF16>(o, pa, base + L::kV + pstage * L::kKVBytes);
                 wgmma_commit();
-                named_barrier_arrive(their_turn, kConsumerThreads);
+                named_barrier_arrive(their_turn, kTurnThreads);
                 wgmma_wait<1>();  // S(n) ready; P(n-1) V may still run
 #pragma unroll
                 for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
@@ -738,23 +754,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) attn_fwd_sm90_ws_kernel(const _
             }
             // last P V
             mbarrier_wait(L::v_full(base, stage), phase);
-            named_barrier_sync(my_turn, kConsumerThreads);
+            named_barrier_sync(my_turn, kTurnThreads);
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
             wgmma_fence();
             issue_pv<D, BF16>(o, pa, base + L::kV + stage * L::kKVBytes);
             wgmma_commit();
-            named_barrier_arrive(their_turn, kConsumerThreads);
+            named_barrier_arrive(their_turn, kTurnThreads);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
             if (warp_leader) mbarrier_arrive(L::kv_empty(base, stage));
             ++it;
         }
-        write_outputs<D, BF16, STATS, PARK_SMEM>(p, w, tp, o, st, s_lse2, ws, kBarrierEpilogue0 + tp.wg);
+        write_outputs<D, BF16, STATS, PARK_SMEM>(p, w, tp, o, st, s_lse2, ws, kBarrierTurn0 + NWG + tp.wg);
     }
-    // Consumer 1 arrived once more on consumer 0's turn barrier than consumer 0 waited.
-    if (tp.wg == 0) named_barrier_sync(kBarrierTurn0, kConsumerThreads);
+    // The last consumer arrived once more on consumer 0's turn barrier than consumer 0 waited.
+    if (tp.wg == 0) named_barrier_sync(kBarrierTurn0, kTurnThreads);
 }
 
 // ---- host side ----
@@ -801,9 +817,16 @@ int causal_group_size(const bl_attn_desc *d, int64_t num_mblocks, int grid) {
     return (int)(g > 0 ? g : 1);
 }
 
-// Stats workspace: one (kBlockM, Tn) float slot per resident CTA (one CTA per SM).
+// Consumer warpgroups of the kernel bl_cuda_forward runs when TMA can describe the tensors.
+int ws_consumers(int64_t head_dim, bool causal) {
+    return head_dim == 64 && !causal ? kD64NonCausalConsumers : kWarpgroups;
+}
+
+// Stats workspace: one (rows of a work tile, Tn) float slot per resident CTA (one CTA per SM);
+// sized for kernel 2, whose work tiles are never smaller than kernel 1's.
 size_t stats_workspace_bytes(const bl_attn_desc *d, int sms) {
-    return (size_t)sms * (size_t)ceil_div(d->seqlen_k, kBlockN) * kParkFloatsPerKeyTile * sizeof(float);
+    const int64_t rows = ws_consumers(d->head_dim, d->causal != 0) * kRowsPerWarpgroup;
+    return (size_t)sms * (size_t)ceil_div(d->seqlen_k, kBlockN) * (size_t)rows * sizeof(float);
 }
 
 // cp.async moves 16-byte chunks: each row of q/k/v must start 16-byte aligned.
@@ -826,21 +849,32 @@ bl_status check_layout(const char *name, bl_tensor t) {
 enum FwdKernelChoice { kFwdKernelAuto = 0, kFwdKernelSync = 1 };
 FwdKernelChoice g_fwd_kernel_choice = kFwdKernelAuto;
 
+// Kernel 2 with NWG consumer warpgroups.
+template <int D, bool BF16, bool CAUSAL, bool STATS, int NWG>
+bl_status launch_ws(const FwdTmaParams &tp, int grid, cudaStream_t stream) {
+    using L = FwdWsSmem<D, NWG>;
+    using LP = FwdWsSmem<D, NWG, true>;  // with the parking slot in shared memory
+    auto kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS, false, NWG>;
+    size_t smem = L::kDynamicBytes;
+    if constexpr (STATS && LP::kParkSmemMaxKtiles > 0) {
+        if (tp.p.num_ktiles <= LP::kParkSmemMaxKtiles) {
+            kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS, true, NWG>;
+            smem = LP::kDynamicBytes + (size_t)LP::kRows * tp.p.num_ktiles * sizeof(float);
+        }
+    }
+    BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<grid, ws_threads<NWG>(), smem, stream>>>(tp);
+    BL_CUDA_CHECK_LAUNCH("attn_fwd_sm90_ws_kernel");
+    return BL_OK;
+}
+
 template <int D, bool BF16, bool CAUSAL, bool STATS>
 bl_status launch(const FwdTmaParams &tp, bool use_tma, int grid, cudaStream_t stream) {
     if (use_tma) {
-        auto kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS, false>;
-        size_t smem = FwdWsSmem<D>::kDynamicBytes;
-        if constexpr (STATS && FwdWsSmem<D>::kParkSmemMaxKtiles > 0) {
-            if (tp.p.num_ktiles <= FwdWsSmem<D>::kParkSmemMaxKtiles) {
-                kernel = attn_fwd_sm90_ws_kernel<D, BF16, CAUSAL, STATS, true>;
-                smem += (size_t)kParkFloatsPerKeyTile * tp.p.num_ktiles * sizeof(float);
-            }
-        }
-        BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kernel<<<grid, kWsThreads, smem, stream>>>(tp);
-        BL_CUDA_CHECK_LAUNCH("attn_fwd_sm90_ws_kernel");
-        return BL_OK;
+        if constexpr (D == 64 && !CAUSAL && kD64NonCausalConsumers == 3)
+            return launch_ws<D, BF16, CAUSAL, STATS, 3>(tp, grid, stream);
+        else
+            return launch_ws<D, BF16, CAUSAL, STATS, kWarpgroups>(tp, grid, stream);
     }
     auto kernel = attn_fwd_sm90_kernel<D, BF16, CAUSAL, STATS>;
     const size_t smem = FwdSmem<D>::kDynamicBytes;
@@ -900,15 +934,27 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
     BL_TRY(check_layout("v", v));
     BL_TRY(check_layout("out", out));
 
-    const int64_t num_mblocks = ceil_div(d->seqlen_q, kBlockM);
+    FwdTmaParams tp;
+    memset(&tp, 0, sizeof tp);
+    const bool causal = d->causal != 0, stats = tile_mass != NULL;
+    const bool bf16 = d->dtype == BL_DTYPE_BF16;
+    // Kernel 2 wherever TMA can describe the tensors (its Q box is one work tile of nwg x 64
+    // rows), else kernel 1 (128-row work tiles).
+    int nwg = ws_consumers(d->head_dim, causal);
+    const bool use_tma =
+        g_fwd_kernel_choice == kFwdKernelAuto &&
+        bl_make_tensor_map(&tp.tm_q, q, d->batch, d->seqlen_q, d->heads_q, d->head_dim,
+                           nwg * kRowsPerWarpgroup, bf16) &&
+        bl_make_tensor_map(&tp.tm_k, k, d->batch, d->seqlen_k, d->heads_k, d->head_dim, kBlockN, bf16) &&
+        bl_make_tensor_map(&tp.tm_v, v, d->batch, d->seqlen_k, d->heads_k, d->head_dim, kBlockN, bf16);
+    if (!use_tma) nwg = kWarpgroups;
+    const int block_m = nwg * kRowsPerWarpgroup;
+    const int64_t num_mblocks = ceil_div(d->seqlen_q, block_m);
     const int64_t num_work = d->batch * d->heads_q * num_mblocks;
     if (num_work > INT_MAX || d->batch * d->heads_q > INT_MAX)
         return bl_set_error(BL_ERR_UNSUPPORTED,
                             "CUDA forward: batch*heads_q*ceil(seqlen_q/%d)=%lld exceeds INT_MAX",
-                            kBlockM, (long long)num_work);
-
-    FwdTmaParams tp;
-    memset(&tp, 0, sizeof tp);
+                            block_m, (long long)num_work);
     FwdParams &p = tp.p;
     p.q = (const uint16_t *)q.data;
     p.k = (const uint16_t *)k.data;
@@ -949,13 +995,6 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
     p.causal_group = causal_group_size(d, num_mblocks, grid);
     p.causal_rounds = grid > 0 ? (int)ceil_div((int64_t)p.causal_group * num_mblocks, grid) : 1;
     cudaStream_t stream = (cudaStream_t)d->stream;
-    const bool causal = d->causal != 0, stats = tile_mass != NULL;
-    const bool bf16 = d->dtype == BL_DTYPE_BF16;
-    const bool use_tma =
-        g_fwd_kernel_choice == kFwdKernelAuto &&
-        bl_make_tensor_map(&tp.tm_q, q, d->batch, d->seqlen_q, d->heads_q, d->head_dim, kBlockM, bf16) &&
-        bl_make_tensor_map(&tp.tm_k, k, d->batch, d->seqlen_k, d->heads_k, d->head_dim, kBlockN, bf16) &&
-        bl_make_tensor_map(&tp.tm_v, v, d->batch, d->seqlen_k, d->heads_k, d->head_dim, kBlockN, bf16);
     if (d->head_dim == 128)
         return bf16 ? dispatch_flags<128, true>(tp, use_tma, grid, stream, causal, stats)
                     : dispatch_flags<128, false>(tp, use_tma, grid, stream, causal, stats);
