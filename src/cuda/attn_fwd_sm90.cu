@@ -2,7 +2,7 @@
 // backend's availability / workspace queries.
 //
 // Both kernels are persistent (one CTA per SM, a static schedule of work tiles of 128 query rows
-// of one (batch, head); 192 in kernel 2 at head dim 64 without mask or statistics) and share the math:
+// of one (batch, head); 192 in kernel 2 at head dim 64) and share the math:
 //   - two (or three) consumer warpgroups, each owning 64 query rows (= one BL_TILE_M row tile of W);
 //   - K/V tiles of 128 keys (= one BL_TILE_N key tile of W) in 128B-swizzled shared memory;
 //   - S = Q K^T with wgmma (both operands in shared memory), online softmax in base 2 on the
@@ -557,13 +557,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
 // warpgroup's softmax runs while the others' GEMMs occupy the tensor cores. Inside a consumer,
 // P(n-1) V and Q K(n)^T are issued together and softmax(n) runs while P(n-1) V is in flight.
 // =============================================================================================
-// Consumer warpgroups (NWG) of kernel 2: two (128-row work tiles) everywhere but at head dim
-// 64 without causal mask, which takes three (192-row work tiles) as FlashAttention-3 does: at
-// head dim 64 a tile's exponentials take about as long as its two GEMMs, so with two consumers
-// the tensor cores wait while both run softmax; with three, two warpgroups' GEMMs cover the
-// third one's softmax (bench/notes-fwd.md, eleventh session). The causal code does not fit
-// three warpgroups' 160 registers (it spills).
-constexpr int kD64NonCausalConsumers = 3;
+// Consumer warpgroups (NWG) of kernel 2: two (128-row work tiles) at head dim 128, three
+// (192-row work tiles) at head dim 64 as in FlashAttention-3: there a tile's exponentials take
+// about as long as its two GEMMs, so with two consumers the tensor cores wait while both run
+// softmax; with three, two warpgroups' GEMMs cover the third one's softmax (-6..-13 %,
+// bench/notes-fwd.md, eleventh session). Head dim 128 needs more than 160 registers.
+constexpr int kD64Consumers = 3;
 template <int NWG>
 __host__ __device__ constexpr int ws_threads() { return (NWG + 1) * kThreadsPerWarpgroup; }  // + the producer
 // Registers per thread after setmaxnreg: 128 * (24 + 2 * 240) = 64512 <= 65536 with two
@@ -622,7 +621,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
     using L = FwdWsSmem<D, NWG, PARK_SMEM>;
     constexpr int S = L::kStages;
     constexpr int kConsumerWarps = NWG * kThreadsPerWarpgroup / 32;
-    static_assert(NWG == 2 || (D == 64 && !CAUSAL), "three consumers: non-causal head dim 64 only");
+    static_assert(NWG == 2 || D == 64, "three consumers: head dim 64 only");
     const FwdParams &p = tp_.p;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -818,14 +817,14 @@ int causal_group_size(const bl_attn_desc *d, int64_t num_mblocks, int grid) {
 }
 
 // Consumer warpgroups of the kernel bl_cuda_forward runs when TMA can describe the tensors.
-int ws_consumers(int64_t head_dim, bool causal) {
-    return head_dim == 64 && !causal ? kD64NonCausalConsumers : kWarpgroups;
+int ws_consumers(int64_t head_dim) {
+    return head_dim == 64 ? kD64Consumers : kWarpgroups;
 }
 
 // Stats workspace: one (rows of a work tile, Tn) float slot per resident CTA (one CTA per SM);
 // sized for kernel 2, whose work tiles are never smaller than kernel 1's.
 size_t stats_workspace_bytes(const bl_attn_desc *d, int sms) {
-    const int64_t rows = ws_consumers(d->head_dim, d->causal != 0) * kRowsPerWarpgroup;
+    const int64_t rows = ws_consumers(d->head_dim) * kRowsPerWarpgroup;
     return (size_t)sms * (size_t)ceil_div(d->seqlen_k, kBlockN) * (size_t)rows * sizeof(float);
 }
 
@@ -871,7 +870,7 @@ bl_status launch_ws(const FwdTmaParams &tp, int grid, cudaStream_t stream) {
 template <int D, bool BF16, bool CAUSAL, bool STATS>
 bl_status launch(const FwdTmaParams &tp, bool use_tma, int grid, cudaStream_t stream) {
     if (use_tma) {
-        if constexpr (D == 64 && !CAUSAL && kD64NonCausalConsumers == 3)
+        if constexpr (D == 64 && kD64Consumers == 3)
             return launch_ws<D, BF16, CAUSAL, STATS, 3>(tp, grid, stream);
         else
             return launch_ws<D, BF16, CAUSAL, STATS, kWarpgroups>(tp, grid, stream);
@@ -940,7 +939,7 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
     // Kernel 2 wherever TMA can describe the tensors (its Q box is one work tile of nwg x 64
     // rows), else kernel 1 (128-row work tiles).
-    int nwg = ws_consumers(d->head_dim, causal);
+    int nwg = ws_consumers(d->head_dim);
     const bool use_tma =
         g_fwd_kernel_choice == kFwdKernelAuto &&
         bl_make_tensor_map(&tp.tm_q, q, d->batch, d->seqlen_q, d->heads_q, d->head_dim,

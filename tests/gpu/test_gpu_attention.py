@@ -55,17 +55,18 @@ def test_gpu_forward(dtype, head_dim, causal, seqlens):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlens", [(191, 191), (192, 200), (193, 1000), (400, 129), (2000, 300)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
-def test_gpu_forward_three_consumer_tiles(dtype, seqlens):
-    """Head dim 64 without causal mask runs 192-row work tiles (three consumer warpgroups):
-    lengths on both sides of 192 and of 2 x 192, with and without statistics; the two calls
-    must write the same out and lse (the statistics only add W)."""
+def test_gpu_forward_three_consumer_tiles(dtype, causal, seqlens):
+    """Head dim 64 runs 192-row work tiles (three consumer warpgroups): lengths on both sides
+    of 192 and of 2 x 192, with and without statistics; the two calls must write the same out
+    and lse (the statistics only add W)."""
     q, k, v = random_qkv(2, seqlens[0], seqlens[1], 6, 3, 64, dtype, DEV)
-    out, lse, _ = check_forward(q, k, v, False)
+    out, lse, _ = check_forward(q, k, v, causal)
     out2 = torch.full_like(out, float("nan"))
     lse2 = torch.full_like(lse, float("nan"))
-    back_lite.forward(q, k, v, causal=False, out=out2, lse=lse2)
+    back_lite.forward(q, k, v, causal=causal, out=out2, lse=lse2)
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
 
 
