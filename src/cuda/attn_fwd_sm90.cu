@@ -3,7 +3,8 @@
 //
 // Both kernels are persistent (one CTA per SM, a static schedule of work tiles of 128 query rows
 // of one (batch, head); 192 in kernel 2 at head dim 64) and share the math:
-//   - two (or three) consumer warpgroups, each owning 64 query rows (= one BL_TILE_M row tile of W);
+//   - two (three at head dim 64) consumer warpgroups, each owning 64 query rows (= one BL_TILE_M
+//     row tile of W);
 //   - K/V tiles of 128 keys (= one BL_TILE_N key tile of W) in 128B-swizzled shared memory;
 //   - S = Q K^T with wgmma (both operands in shared memory), online softmax in base 2 on the
 //     accumulator registers, O += P V with wgmma taking P from registers (no shared-memory round
@@ -14,9 +15,9 @@
 //   cp.async by all threads, K/V double-buffered, one CTA barrier per key tile.
 // Statistics (template flag STATS, compiled out otherwise): after the exp of key tile n each row's
 // tile sum gives a log2-mass log2(tile_sum) + m_used; it is parked in the CTA's own slot of the
-// workspace ((grid, 128, Tn) floats, L2-resident, reused by the CTA's next work tile) -- or, in
-// the TMA kernel at head dim 64 with Tn <= 128, in the CTA's free shared memory -- at the end
-// of the key-tile iteration, and the epilogue, once lse is known, reduces
+// workspace ((grid, rows of a work tile, Tn) floats, L2-resident, reused by the CTA's next work
+// tile) -- or, in the TMA kernel at head dim 64 with Tn <= 128, in the CTA's free shared memory --
+// at the end of the key-tile iteration, and the epilogue, once lse is known, reduces
 // W[m, n] = sum_rows exp2(logmass - lse2) for its 64-row tile. Every W entry is written by exactly
 // one thread: no atomics, no memset.
 // Measured on the H200 and checked against a float64 reference: bench/notes-fwd.md.
@@ -88,7 +89,7 @@ struct FwdParams {
     int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;  // elements
     float *lse;        // lse: (B, Hq, Sq) fp32 contiguous, natural log
     float *tile_mass;  // tile_mass: (B, Hq, Tm, Tn) fp32 contiguous (STATS only)
-    float *stats_ws;   // stats_ws: (gridDim.x, kBlockM, Tn) fp32, per-row tile log2-masses
+    float *stats_ws;   // stats_ws: (gridDim.x, work tile rows, Tn) fp32, per-row log2-masses
     int64_t seqlen_q, seqlen_k;
     int batch, heads_q, heads_per_kv;
     int num_mblocks;  // ceil(Sq / the kernel's rows per work tile)
@@ -564,7 +565,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
 // bench/notes-fwd.md, eleventh session). Head dim 128 needs more than 160 registers.
 constexpr int kD64Consumers = 3;
 template <int NWG>
-__host__ __device__ constexpr int ws_threads() { return (NWG + 1) * kThreadsPerWarpgroup; }  // + the producer
+__host__ __device__ constexpr int ws_threads() {  // the consumers and the producer
+    return (NWG + 1) * kThreadsPerWarpgroup;
+}
 // Registers per thread after setmaxnreg: 128 * (24 + 2 * 240) = 64512 <= 65536 with two
 // consumers, 128 * (24 + 3 * 160) = 64512 with three. setmaxnreg moves registers only within the
 // launch allocation (65536 / threads each), so the sum must stay within it.
@@ -577,11 +580,13 @@ __host__ __device__ constexpr int consumer_regs() { return NWG == 2 ? 240 : 160;
 constexpr int kBarrierTurn0 = 1;
 constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
 
-// PARK_SMEM: the statistics' parking slot follows kEnd (three consumers give up a K/V stage for it).
+// PARK_SMEM: the statistics' parking slot follows kEnd (three consumers give up a K/V stage
+// for it).
 template <int D, int NWG, bool PARK_SMEM = false>
 struct FwdWsSmem {
     static constexpr int kRows = NWG * kRowsPerWarpgroup;  // query rows per work tile
-    static constexpr int kStages = D == 128 ? 3 : (NWG == 3 && PARK_SMEM ? 3 : 4);  // as deep as 227 KB allow
+    // K/V ring: as deep as 227 KB allow
+    static constexpr int kStages = D == 128 ? 3 : (NWG == 3 && PARK_SMEM ? 3 : 4);
     static constexpr int kPanels = D / kPanelCols;
     static constexpr uint32_t kQPanelBytes = kRows * BL_SWIZZLE_ROW_BYTES;
     static constexpr uint32_t kKVPanelBytes = kBlockN * BL_SWIZZLE_ROW_BYTES;
@@ -766,7 +771,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             if (warp_leader) mbarrier_arrive(L::kv_empty(base, stage));
             ++it;
         }
-        write_outputs<D, BF16, STATS, PARK_SMEM>(p, w, tp, o, st, s_lse2, ws, kBarrierTurn0 + NWG + tp.wg);
+        const int epilogue_bar = kBarrierTurn0 + NWG + tp.wg;  // after the turn barriers
+        write_outputs<D, BF16, STATS, PARK_SMEM>(p, w, tp, o, st, s_lse2, ws, epilogue_bar);
     }
     // The last consumer arrived once more on consumer 0's turn barrier than consumer 0 waited.
     if (tp.wg == 0) named_barrier_sync(kBarrierTurn0, kTurnThreads);
