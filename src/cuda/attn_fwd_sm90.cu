@@ -380,8 +380,8 @@ __device__ __forceinline__ void rescale_o(float (&o)[NREGS], const float (&alpha
 }
 
 // Floats one key tile takes in a kernel 1 CTA's statistics slot (kernel 2: FwdWsSmem::kRows):
-// one parked log2-mass per row. (Other
-// parking layouts were measured and rejected: bench/notes-fwd.md, bench/results/final1-*.)
+// one parked log2-mass per row. (Other parking layouts were measured and rejected:
+// bench/notes-fwd.md, bench/results/final1-*.)
 constexpr int kParkFloatsPerKeyTile = kBlockM;
 
 // The row of the CTA's statistics slot (kBlockM rows x Tn) this thread parks into: row
@@ -616,8 +616,8 @@ struct FwdWsSmem {
 
 struct FwdTmaParams {
     CUtensorMap tm_q;  // q as (D, Sq, Hq, B), box (64, rows of a work tile, 1, 1), 128B swizzle
-    CUtensorMap tm_k;  // k as (D, Sk, Hk, B), same box
-    CUtensorMap tm_v;  // v as (D, Sk, Hk, B), same box
+    CUtensorMap tm_k;  // k as (D, Sk, Hk, B), box (64, 128, 1, 1)
+    CUtensorMap tm_v;  // v as (D, Sk, Hk, B), box (64, 128, 1, 1)
     FwdParams p;
 };
 
