@@ -226,29 +226,60 @@ __device__ __forceinline__ void dq_block_atomic_add(const bwd_params &p, const f
     }
 }
 
+// Element i of {a0, a1, a2, a3} for a run-time i in 0..3, by selects (an indexed register array
+// would go to local memory).
+__device__ __forceinline__ uint32_t bl_pick4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             int i) {
+    const uint32_t lo = (i & 1) ? a1 : a0, hi = (i & 1) ? a3 : a2;
+    return (i & 2) ? hi : lo;
+}
+
 // The epilogue of every backward main kernel: a warp's 16 keys (key0w..key0w+15) of dK (times
 // scale) and dV from its wgmma accumulator fragments (rows lg, lg + 8; columns 8t + 2lt (+1);
 // lg = lane / 4, lt = lane % 4, passed in so that the kernels keep their own registers for them).
+// Stored 16 bytes per thread: for each four n8 tiles 4u..4u+3 the quad's threads swap their
+// packed pairs (three shuffles, a 4 x 4 transpose) so that thread lt holds all 8 columns of tile
+// 4u + lt. Why: with one 4-byte store per pair the epilogue cost ~7 us per column, 28 % of a
+// 1 %-kept 16k call (bench/results/bwd-s12-epilogue.txt).
 template <typename T, int N>
 __device__ __forceinline__ void store_dk_dv(const bwd_params &p, const float (&dk_acc)[N],
                                             const float (&dv_acc)[N], int64_t b, int64_t g,
                                             int64_t key0w, int lg, int lt) {
     constexpr int ND = N / 4;  // n8 tiles of head dim
+    static_assert(ND % 4 == 0, "the quad transpose takes n8 tiles four at a time");
     T *dk = static_cast<T *>(p.dk);
     T *dv = static_cast<T *>(p.dv);
+    // This thread's pairs of tiles 4u..4u+3 -> the 8 columns of tile 4u + lt: in round k thread lt
+    // receives, from thread lt ^ k, that thread's pair of tile 4u + lt (column pair lt ^ k).
+    auto transpose = [&](uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3) {
+        const uint32_t g0 = bl_pick4(a0, a1, a2, a3, lt);
+        const uint32_t g1 = __shfl_xor_sync(0xffffffffu, bl_pick4(a0, a1, a2, a3, lt ^ 1), 1);
+        const uint32_t g2 = __shfl_xor_sync(0xffffffffu, bl_pick4(a0, a1, a2, a3, lt ^ 2), 2);
+        const uint32_t g3 = __shfl_xor_sync(0xffffffffu, bl_pick4(a0, a1, a2, a3, lt ^ 3), 3);
+        return make_uint4(bl_pick4(g0, g1, g2, g3, lt), bl_pick4(g0, g1, g2, g3, 1 ^ lt),
+                          bl_pick4(g0, g1, g2, g3, 2 ^ lt), bl_pick4(g0, g1, g2, g3, 3 ^ lt));
+    };
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int64_t j = key0w + lg + 8 * half;
-        if (j < p.dm.seqlen_k) {
-            T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 2 * lt;
-            T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 2 * lt;
+        T *dk_row = dk + b * p.dk_sb + j * p.dk_ss + g * p.dk_sh + 8 * lt;
+        T *dv_row = dv + b * p.dv_sb + j * p.dv_ss + g * p.dv_sh + 8 * lt;
 #pragma unroll
-            for (int t = 0; t < ND; ++t) {
-                *reinterpret_cast<uint32_t *>(dk_row + 8 * t) =
-                    bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
-                                dk_acc[4 * t + 2 * half + 1] * p.scale);
-                *reinterpret_cast<uint32_t *>(dv_row + 8 * t) =
-                    bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+        for (int u = 0; u < ND / 4; ++u) {
+            uint32_t kp[4], vp[4];
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const int t = 4 * u + x;
+                kp[x] = bl_pack2<T>(dk_acc[4 * t + 2 * half] * p.scale,
+                                    dk_acc[4 * t + 2 * half + 1] * p.scale);
+                vp[x] = bl_pack2<T>(dv_acc[4 * t + 2 * half], dv_acc[4 * t + 2 * half + 1]);
+            }
+            // Every lane shuffles (the rows past Sk too): only the stores are guarded.
+            const uint4 kq = transpose(kp[0], kp[1], kp[2], kp[3]);
+            const uint4 vq = transpose(vp[0], vp[1], vp[2], vp[3]);
+            if (j < p.dm.seqlen_k) {
+                *reinterpret_cast<uint4 *>(dk_row + 32 * u) = kq;
+                *reinterpret_cast<uint4 *>(dv_row + 32 * u) = vq;
             }
         }
     }
