@@ -46,8 +46,8 @@ namespace bl_bwd {
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
-// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid; tma_kv: p.tm_k and p.tm_v too (made at head
-// dim 128 only). *dq_cols_permuted: the kernel launched
+// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid; tma_kv: p.tm_k, p.tm_v, p.tm_dk and p.tm_dv
+// too (made at head dim 128 only). *dq_cols_permuted: the kernel launched
 // added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
 // postprocess undoes; the others add with atomics in the natural order.
 template <typename T, int D>
@@ -226,11 +226,14 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_q, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
         bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
         make_dq_accum_map(&p.tm_dq, dm, ws.dq_accum);
-    // Where TMA cannot describe K or V, head dim 128 runs version 6 (cp.async K / V loads).
+    // Where TMA cannot describe K, V, dK or dV, head dim 128 runs version 6 (cp.async K / V loads,
+    // dK / dV stored from registers).
     const bool tma_kv =
         d->head_dim == 128 && tma_rows &&
         bl_make_tensor_map(&p.tm_k, k, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
-        bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
+        bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
+        bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
+        bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
     bl_status st;
     bool perm = false;
     if (d->head_dim == 64)

@@ -22,8 +22,9 @@ struct bwd_params {
     // Q and dO as (D, Sq, Hq, B) with (64, BM, 1, 1) boxes (tensor_map.cuh), for the kernels that
     // load row tiles with TMA; dq_accum as (D, Hq, Sq, B) fp32 with (32, 1, 16, 1) boxes, for
     // those kernels' dQ reduce-adds (dq_block_reduce); K and V as (D, Sk, Hk, B) with (64, BN,
-    // 1, 1) boxes, for the persistent head-dim-128 kernel. Left unset where TMA cannot be used.
-    CUtensorMap tm_q, tm_do, tm_dq, tm_k, tm_v;
+    // 1, 1) boxes, for the persistent head-dim-128 kernel, which also stores dK and dV by TMA
+    // (tm_dk, tm_dv: like K and V). Left unset where TMA cannot be used.
+    CUtensorMap tm_q, tm_do, tm_dq, tm_k, tm_v, tm_dk, tm_dv;
     const void *q, *k, *v, *dout;
     void *dk, *dv;
     int64_t q_sb, q_ss, q_sh;

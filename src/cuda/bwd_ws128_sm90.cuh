@@ -116,6 +116,33 @@ __device__ __forceinline__ ws_column ws_take_column(const bwd_params &p, uint32_
     return ws_decode(p, rec);
 }
 
+// The column's epilogue goes through the dQ staging ring: dK (times scale) and dV of the column's
+// 128 keys take the ring's next two positions, one 32 KB buffer each, as two 64-column panels
+// of 128 rows with the 128B swizzle (the tensor maps' box), and the reducer stores each with two
+// TMA stores (rows past Sk are skipped). Why: stored from registers the epilogue held the
+// consumers ~7 us per column with 4-byte stores, ~4 us with 16-byte ones: 12-15 % of a 1 %-kept
+// call (bench/results/bwd-s12-epilogue.txt, bwd-s13-dkdv-vector-stores.txt).
+// Warp `warp` writes its 16 keys (rows 16 warp..) of one accumulator (times mul) into buffer
+// `sbuf` with stmatrix: per pair of n8 tiles (2u, 2u + 1), matrices (rows 0-7, tile 2u), (rows
+// 8-15, 2u), (0-7, 2u + 1), (8-15, 2u + 1); lane l gives row l % 8 of matrix l / 8.
+template <typename T, int N>
+__device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N], float mul,
+                                             int warp, int lane) {
+    constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;
+    const int j = lane >> 3;
+    const int row = warp * KEYS_PER_WARP + 8 * (j & 1) + (lane & 7);
+#pragma unroll
+    for (int u = 0; u < N / 8; ++u) {
+        const int c = 2 * u + (j >> 1);  // the 16-byte chunk (8 columns) of this lane's matrix
+        bl_stmatrix_x4(sbuf + (uint32_t)(c >> 3) * KPANEL + (uint32_t)row * PANEL_ROW_BYTES +
+                           ((uint32_t)((c & 7) ^ (row & 7)) << 4),
+                       bl_pack2<T>(acc[8 * u + 0] * mul, acc[8 * u + 1] * mul),
+                       bl_pack2<T>(acc[8 * u + 2] * mul, acc[8 * u + 3] * mul),
+                       bl_pack2<T>(acc[8 * u + 4] * mul, acc[8 * u + 5] * mul),
+                       bl_pack2<T>(acc[8 * u + 6] * mul, acc[8 * u + 7] * mul));
+    }
+}
+
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`): SM clock stamps of one CTA's
 // first TL_ITERS entries, lane 0 of consumer warps 0 and 4 (row 0, 1) and the reducer (row 2).
 // Each stamp is one predicated store: a branch around it made ptxas serialise the products
@@ -240,8 +267,21 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     BL_TL(2, 3);
                     mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
                 }
+                // The column's dK and dV (ws_stage_dkv): the ring's next two positions.
+                for (int x = 0; x < 2; ++x, ++gj) {
+                    const int buf = gj & 1;
+                    const uint32_t src = s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES;
+                    mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
+#pragma unroll
+                    for (int panel = 0; panel < D / PANEL_COLS; ++panel)
+                        tma_store_4d(x == 0 ? &p.tm_dk : &p.tm_dv, src + panel * BN * PANEL_ROW_BYTES,
+                                     panel * PANEL_COLS, (int)(cl.n * BN), (int)cl.g, (int)cl.b);
+                    bulk_commit_group();
+                    bulk_wait_group_read<0>();
+                    mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
+                }
             }
-            // The reduce-adds must complete before the CTA (and its shared memory) goes away.
+            // The reduce-adds and stores must complete before the CTA (and its shared memory) goes away.
             bulk_wait_group<0>();
         }
         return;
@@ -260,7 +300,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     for (int k = 0;; ++k) {
         const ws_column cl = ws_take_column(p, bars, col_slots, k);
         if (cl.count < 0) break;
-        const int64_t b = cl.b, g = cl.g, n = cl.n;
+        const int64_t n = cl.n;
         const int count = cl.count;
         const int *list = cl.list;
         const int64_t key0 = n * BN;
@@ -315,8 +355,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             int e_ahead = list[count > 1 ? 1 : 0];  // entry it+1 (the last one past the end)
 
             for (int it = 0; it < count; ++it) {
-                const int gi = g0 + it;  // position in the rings
-                const int buf = gi & 1;
+                const int gi = g0 + it;  // position in the row-tile ring
+                const int buf = gi & 1;  // and in the staging ring, gi + 2k (ws_stage_dkv)
                 const int m = m_next;
                 BL_TLC(0);
                 const uint32_t sQ = s0 + L::Q + buf * TILE_BYTES;
@@ -488,7 +528,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
                 // buf, once entry it-2's reduce-adds have read it; handed to the producer's warp 1 in
                 // the next iteration (or below, after the last).
-                mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                // (gi + 2k) >> 1 = (gi >> 1) + k: the staging ring's phase parity
+                mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf, ((uint32_t)((gi >> 1) ^ k) & 1u) ^ 1u);
                 BL_TLC(10);
                 dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
                 BL_TLC(11);
@@ -502,11 +543,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             mbarrier_arrive(bars + ws_bars::KVEMPTY);
             ++kc;
         }
-        g0 += count;
         bl_reg_fence(dk_acc);
         bl_reg_fence(dv_acc);
-
-        store_dk_dv<T>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
+        // dK and dV to the staging ring's positions g0 + count + 2k and the next (ws_stage_dkv);
+        // the second is the last entry's dQ buffer, free once the reducer's adds have read it.
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const int gd = g0 + count + 2 * k + x, sb = gd & 1;
+            mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * sb, ((uint32_t)(gd >> 1) & 1u) ^ 1u);
+            const uint32_t sbuf = s0 + L::DQS + (uint32_t)(sb * WARPS) * DQ_WARP_BYTES;
+            if (x == 0)
+                ws_stage_dkv<T>(sbuf, dk_acc, p.scale, warp, lane);
+            else
+                ws_stage_dkv<T>(sbuf, dv_acc, 1.0f, warp, lane);
+            bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * sb);
+        }
+        g0 += count;
     }  // columns
 }
 

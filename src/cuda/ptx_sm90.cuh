@@ -192,6 +192,17 @@ __device__ __forceinline__ void tma_reduce_add_4d(const void *tmap, uint32_t sme
         "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+// TMA store: writes the box at `smem_src` (laid out as the map's box, with its swizzle) to the
+// global tensor at coordinates (c0 innermost .. c3); elements outside the tensor are skipped.
+// Joins this thread's next bulk group.
+__device__ __forceinline__ void tma_store_4d(const void *tmap, uint32_t smem_src, int c0, int c1,
+                                             int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+        " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(tmap),
+        "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
 __device__ __forceinline__ void bulk_commit_group() {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
