@@ -234,7 +234,8 @@ __device__ __forceinline__ uint32_t bl_pick4(uint32_t a0, uint32_t a1, uint32_t 
     return (i & 2) ? hi : lo;
 }
 
-// The epilogue of every backward main kernel: a warp's 16 keys (key0w..key0w+15) of dK (times
+// The epilogue of the backward main kernels but the persistent head-dim-128 one (which stages
+// dK / dV for TMA stores, bwd_ws128_sm90.cuh): a warp's 16 keys (key0w..key0w+15) of dK (times
 // scale) and dV from its wgmma accumulator fragments (rows lg, lg + 8; columns 8t + 2lt (+1);
 // lg = lane / 4, lt = lane % 4, passed in so that the kernels keep their own registers for them).
 // Stored 16 bytes per thread: for each four n8 tiles 4u..4u+3 the quad's threads swap their

@@ -22,7 +22,7 @@
 //     each list entry's Q / dO / lse / Dlt with TMA into a two-buffer ring (FULL / EMPTY
 //     mbarriers; KVFULL / KVEMPTY for K / V); warp 1 issues the dQ reduce-adds of
 //     each entry once the consumers have staged it (DQFULL / DQEMPTY mbarriers, two staging
-//     buffers).
+//     buffers), and each column's dK / dV TMA stores, staged in the same ring (ws_stage_dkv).
 //   warpgroups 1 and 2, consumers (240 registers): warpgroup 1 + wg owns keys 64wg..64wg+63;
 //     they meet once per entry at a named barrier (dS is shared: the dQ product reads both
 //     warpgroups' halves).
@@ -119,9 +119,11 @@ __device__ __forceinline__ ws_column ws_take_column(const bwd_params &p, uint32_
 // The column's epilogue goes through the dQ staging ring: dK (times scale) and dV of the column's
 // 128 keys take the ring's next two positions, one 32 KB buffer each, as two 64-column panels
 // of 128 rows with the 128B swizzle (the tensor maps' box), and the reducer stores each with two
-// TMA stores (rows past Sk are skipped). Why: stored from registers the epilogue held the
-// consumers ~7 us per column with 4-byte stores, ~4 us with 16-byte ones: 12-15 % of a 1 %-kept
-// call (bench/results/bwd-s12-epilogue.txt, bwd-s13-dkdv-vector-stores.txt).
+// TMA stores (rows past Sk are skipped). Why: stored from registers (store_dk_dv, as the other
+// kernels still do) the epilogue held the consumers ~7 us per column with 4-byte stores and
+// still cost ~10 % of a 1 %-kept call with 16-byte ones; staged, it costs 6-10 % less there and
+// ~4 % less at 10 % kept, dense level (bench/results/bwd-s12-epilogue.txt,
+// bwd-s13-dkdv-vector-stores.txt, bwd-s13-dkdv-tma-store.txt).
 // Warp `warp` writes its 16 keys (rows 16 warp..) of one accumulator (times mul) into buffer
 // `sbuf` with stmatrix: per pair of n8 tiles (2u, 2u + 1), matrices (rows 0-7, tile 2u), (rows
 // 8-15, 2u), (0-7, 2u + 1), (8-15, 2u + 1); lane l gives row l % 8 of matrix l / 8.
