@@ -47,7 +47,7 @@ namespace bl_bwd {
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
 // tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid; tma_kv: p.tm_k, p.tm_v, p.tm_dk and p.tm_dv
-// too (made at head dim 128 only). *dq_cols_permuted: the kernel launched
+// too (the head-dim-64 kernel uses the last two). *dq_cols_permuted: the kernel launched
 // added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
 // postprocess undoes; the others add with atomics in the natural order.
 template <typename T, int D>
@@ -67,7 +67,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     // The shipped kernels load their row tiles with TMA where the tensor maps could be made;
     // else, and on request (CPASYNC_ROWS), with cp.async from every thread.
     const bool tma = tma_rows && g_variant != BL_BWD_VARIANT_CPASYNC_ROWS;
-    if (D == 64 && tma && g_variant != BL_BWD_VARIANT_WGMMA64_V1 &&
+    if (D == 64 && tma && tma_kv && g_variant != BL_BWD_VARIANT_WGMMA64_V1 &&
         g_variant != BL_BWD_VARIANT_WGMMA64_V4) {
         const size_t smem = wg64p_smem::BYTES;
         BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64_kernel<T>,
@@ -227,9 +227,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_do, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM, bf16) &&
         make_dq_accum_map(&p.tm_dq, dm, ws.dq_accum);
     // Where TMA cannot describe K, V, dK or dV, head dim 128 runs version 6 (cp.async K / V loads,
-    // dK / dV stored from registers).
+    // dK / dV stored from registers) and head dim 64 the paired kernel (version 4).
     const bool tma_kv =
-        d->head_dim == 128 && tma_rows &&
+        tma_rows &&
         bl_make_tensor_map(&p.tm_k, k, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&

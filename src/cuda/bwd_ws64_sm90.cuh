@@ -6,7 +6,8 @@
 //     reduce-adds of each pair once the consumers have staged them (DQFULL / DQEMPTY; one staging
 //     buffer: the shared memory has no room for two).
 //   warpgroups 1 and 2, consumers (240 registers): the paired kernel's products; a named barrier
-//     at the loop top publishes dS and frees the dS buffer the next pair writes.
+//     at the loop top publishes dS and frees the dS buffer the next pair writes. At the end dK /
+//     dV go out by TMA stores from the freed Q buffers.
 #pragma once
 #include "bwd_wgmma64p_sm90.cuh"
 #include "bwd_ws128_sm90.cuh"
@@ -287,8 +288,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     }
     bl_reg_fence(dk_acc);
     bl_reg_fence(dv_acc);
-
-    store_dk_dv<T>(p, dk_acc, dv_acc, b, g, key0 + kw, lg, lt);
+    // dK (times scale) and dV staged in the two Q buffers as the tensor maps' 128-row panels
+    // (ws_stage_dkv) and stored by TMA from one thread, as the persistent head-dim-128 kernel does.
+    // The buffers are free: every consumer warp has passed its last product's wait before the
+    // barrier above (no pair: nothing was loaded).
+    ws_stage_dkv<T>(s0 + L::Q, dk_acc, p.scale, warp, lane);
+    ws_stage_dkv<T>(s0 + L::Q + L::PANEL, dv_acc, 1.0f, warp, lane);
+    bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
+    named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+    if (ct == 0) {
+        tma_store_4d(&p.tm_dk, s0 + L::Q, 0, (int)key0, (int)g, (int)b);
+        tma_store_4d(&p.tm_dv, s0 + L::Q + L::PANEL, 0, (int)key0, (int)g, (int)b);
+        bulk_commit_group();
+        bulk_wait_group<0>();  // before the CTA and its shared memory go away
+    }
 }
 
 }  // namespace bl_bwd
