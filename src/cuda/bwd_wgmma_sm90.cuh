@@ -234,10 +234,11 @@ __device__ __forceinline__ uint32_t bl_pick4(uint32_t a0, uint32_t a1, uint32_t 
     return (i & 2) ? hi : lo;
 }
 
-// The epilogue of the backward main kernels but the persistent head-dim-128 one (which stages
-// dK / dV for TMA stores, bwd_ws128_sm90.cuh): a warp's 16 keys (key0w..key0w+15) of dK (times
-// scale) and dV from its wgmma accumulator fragments (rows lg, lg + 8; columns 8t + 2lt (+1);
-// lg = lane / 4, lt = lane % 4, passed in so that the kernels keep their own registers for them).
+// The epilogue of the backward main kernels without TMA stores (the shipped ones with a producer
+// warpgroup stage dK / dV for TMA stores instead: ws_stage_dkv): a warp's 16 keys
+// (key0w..key0w+15) of dK (times scale) and dV from its wgmma accumulator fragments (rows lg,
+// lg + 8; columns 8t + 2lt (+1); lg = lane / 4, lt = lane % 4, passed in so that the kernels keep
+// their own registers for them).
 // Stored 16 bytes per thread: for each four n8 tiles 4u..4u+3 the quad's threads swap their
 // packed pairs (three shuffles, a 4 x 4 transpose) so that thread lt holds all 8 columns of tile
 // 4u + lt. Why: with one 4-byte store per pair the epilogue cost ~7 us per column, 28 % of a

@@ -283,7 +283,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
                 }
             }
-            // The reduce-adds and stores must complete before the CTA (and its shared memory) goes away.
+            // The reduce-adds and stores must complete before the CTA (and its shared memory)
+            // goes away.
             bulk_wait_group<0>();
         }
         return;
@@ -531,7 +532,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // buf, once entry it-2's reduce-adds have read it; handed to the producer's warp 1 in
                 // the next iteration (or below, after the last).
                 // (gi + 2k) >> 1 = (gi >> 1) + k: the staging ring's phase parity
-                mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf, ((uint32_t)((gi >> 1) ^ k) & 1u) ^ 1u);
+                mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf,
+                              ((uint32_t)((gi >> 1) ^ k) & 1u) ^ 1u);
                 BL_TLC(10);
                 dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
                 BL_TLC(11);
