@@ -346,6 +346,7 @@ static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_WGMMA128_V6) return "wg128v6";
     if (variant == BL_BWD_VARIANT_WGMMA64_V4) return "wg64v4";
     if (variant == BL_BWD_VARIANT_WS128_FEW_CTAS) return "ws3cta";
+    if (variant == BL_BWD_VARIANT_WS128_ROWS64) return "r64";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -392,6 +393,8 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
     // The persistent head-dim-128 kernel on 3 CTAs: each walks several columns.
     if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WS128_FEW_CTAS);
+    // Dense non-causal head-dim-128 calls: the 64-row kernel too (the shipped one takes 80 rows).
+    if (c.D == 128 && c.mode == 0 && !c.causal) variants.push_back(BL_BWD_VARIANT_WS128_ROWS64);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -713,6 +716,20 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    if (!strcmp(what, "r80ab")) {  // dense non-causal head dim 128: 80-row kernel vs 64-row one
+        g_full_sweep = 0;
+        const int vids[2] = {BL_BWD_VARIANT_WGMMA, BL_BWD_VARIANT_WS128_ROWS64};
+        for (int round = 0; round < 3; ++round)
+            for (int x = 0; x < 2; ++x) {
+                const int v = vids[(x + round) % 2];  // alternate which goes first
+                bl_bwd_set_variant(v);
+                g_vname = variant_name(v);
+                bench_shape(1, 8192, 16, 128, 0);
+                bench_shape(1, 16384, 16, 128, 0);
+                bench_shape(1, 32768, 24, 128, 0);
+            }
+        return 0;
+    }
     if (!strcmp(what, "one") || !strcmp(what, "one64")) {  // short dense runs, for ncu
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         g_full_sweep = 0;
@@ -795,6 +812,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
+        cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});  // 80-row kernel
     } else {
         //            B  Sq   Sk   Hq Hk D   causal dt mode keep negl padded nan
         cases.push_back({1, 128, 128, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});
@@ -811,6 +829,12 @@ int main(int argc, char **argv) {
         cases.push_back({1, 64, 64, 1, 1, 64, 0, FP, 1, 0.0, 0, 0, 0});    // nothing kept
         cases.push_back({1, 1, 1, 1, 1, 128, 0, BF, 0, 0, 0, 0, 0});       // one token
         cases.push_back({1, 256, 300, 4, 2, 128, 0, BF, 0, 0, 0, 0, 1});   // NaN row in head 0
+        // Dense non-causal head dim 128 (the 80-row kernel): Sq not a multiple of 80, MQA, strided,
+        // Sq < 80, Sq > Sk, many row tiles per column.
+        cases.push_back({1, 1000, 700, 3, 1, 128, 0, FP, 0, 0, 0, 0, 0});
+        cases.push_back({2, 90, 257, 2, 2, 128, 0, BF, 0, 0, 0, 1, 0});
+        cases.push_back({1, 33, 1030, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});
+        cases.push_back({1, 2000, 200, 2, 2, 128, 0, BF, 0, 0, 0, 0, 0});
         // Long sequences (Tn = 1024 selection rows; Tm = 2048 row tiles), synthetic forward.
         cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});
         cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});

@@ -36,6 +36,8 @@
 #include "bwd_wgmma_sm90.cuh"
 // Head dim 128 with TMA: version 10: version 6 with a producer warpgroup, the next S^T behind dQ, persistent.
 #include "bwd_ws128_sm90.cuh"
+// Head dim 128, dense calls without a causal mask: version 11, version 10 on 80-row entries.
+#include "bwd_ws128r80_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
 // and with TMA version 5, the same with a producer warpgroup.
 #include "bwd_wgmma64p_sm90.cuh"
@@ -120,6 +122,21 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     return BL_OK;
 }
 
+// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid; p.tm_q / p.tm_do with 80-row boxes.
+template <typename T>
+bl_status launch_rows80(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
+    const size_t smem = r80_smem::BYTES;
+    BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128r80_kernel<T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int sms = 0;
+    BL_TRY(bl_sm_count(&sms));
+    const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
+    const int64_t grid = num_cols < ctas ? num_cols : ctas;
+    bwd_ws128r80_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
+    BL_CUDA_CHECK_LAUNCH("bwd_ws128r80_kernel");
+    return BL_OK;
+}
+
 // dq_accum (B, Sq, Hq, D) fp32 to TMA as (D, Hq, Sq, B) with (32, 1, 16, 1) boxes: one warp's 16
 // rows x 32 columns, 128 bytes wide for the 128B swizzle.
 bool make_dq_accum_map(CUtensorMap *map, const bl_bwd_dims &dm, float *dq_accum) {
@@ -196,8 +213,6 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         BL_TRY(bl_select_launch(dm, tile_mass, negl_prob, ws.mask, stream));
         tiles = ws.mask;
     }
-    BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, &ws, stream));
-    BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, &ws, stream));
 
     bwd_params p;
     p.q = q.data; p.k = k.data; p.v = v.data; p.dout = dout.data;
@@ -234,17 +249,44 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
-    bl_status st;
-    bool perm = false;
-    if (d->head_dim == 64)
-        st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm)
-                  : launch_main<__half, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm);
-    else
-        st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm)
-                  : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm);
-    if (st != BL_OK) return st;
+    // Dense head-dim-128 calls without a causal mask run version 11 on 80-row entries, with Q /
+    // dO maps of 80-row boxes and its own dq accumulator layout (cleared here: the preprocess
+    // zeroes only the row layout).
+    CUtensorMap tm_q80, tm_do80;
+    const bool rows80 =
+        d->head_dim == 128 && tiles == NULL && !d->causal && tma_kv &&
+        (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS) &&
+        bl_make_tensor_map(&tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
+        bl_make_tensor_map(&tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
+    if (rows80) {
+        p.tm_q = tm_q80;
+        p.tm_do = tm_do80;
+    }
+    if (rows80)
+        BL_CUDA_CHECK(cudaMemsetAsync(ws.dq_accum, 0,
+                                      bl_bwd_dq_accum_floats(dm, BL_DQ_TILES80) * sizeof(float),
+                                      stream));
+    BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, !rows80, &ws, stream));
+    BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, &ws, stream));
 
-    return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, perm, dq, &ws, stream);
+    bl_dq_layout layout = BL_DQ_TILES80;
+    if (rows80) {
+        BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, num_cols, stream)
+                    : launch_rows80<__half>(p, num_cols, stream));
+    } else {
+        bl_status st;
+        bool perm = false;
+        if (d->head_dim == 64)
+            st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm)
+                      : launch_main<__half, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm);
+        else
+            st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm)
+                      : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm);
+        if (st != BL_OK) return st;
+        layout = perm ? BL_DQ_ROWS_PERMUTED : BL_DQ_ROWS;
+    }
+
+    return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, layout, dq, &ws, stream);
 }
 
 #ifdef BL_BWD_TIMELINE

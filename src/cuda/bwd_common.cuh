@@ -14,6 +14,10 @@
 // Tile shape of the backward (DESIGN §1): BL_TILE_M query rows x BL_TILE_N keys.
 #define BL_BWD_TM BL_TILE_M
 #define BL_BWD_TN BL_TILE_N
+// Query rows per entry of the head-dim-128 kernel for dense calls without a causal mask
+// (bwd_ws128r80_sm90.cuh): FlashAttention-3's tile for them; the 64-row tile stays the
+// statistics' and the lists' granularity everywhere else.
+#define BL_BWD_TM_DENSE 80
 
 // Problem sizes the kernels need, derived once from bl_attn_desc.
 struct bl_bwd_dims {
@@ -21,12 +25,15 @@ struct bl_bwd_dims {
     int64_t group;       // Hq / Hk: query heads sharing one kv head
     int64_t tiles_m;     // Tm = ceil(Sq / TM)
     int64_t tiles_n;     // Tn = ceil(Sk / TN)
-    int64_t seqlen_q_pad; // Tm * TM: per-row arrays are padded so tiles load without bounds checks
+    int64_t tiles_m80;   // ceil(Sq / TM_DENSE): the 80-row entries of bwd_ws128r80_sm90.cuh
+    // max(Tm * TM, Tm80 * TM_DENSE): per-row arrays are padded so that 64- and 80-row tiles load
+    // without bounds checks
+    int64_t seqlen_q_pad;
 };
 
 // Carved out of bl_attn_desc.workspace, each piece 256-byte aligned.
 struct bl_bwd_workspace {
-    float *dq_accum;  // (B, Sq, Hq, D) fp32, unscaled sum of dS k
+    float *dq_accum;  // (B, Sq, Hq, D) fp32, unscaled sum of dS k; or BL_DQ_TILES80's layout
     float *dlt;       // (B, Hq, Sq_pad): rowsum(dO * out); 0 on pad rows
     float *lse_log2;  // (B, Hq, Sq_pad): lse * log2(e); +inf where the row has no gradient
     uint8_t *mask;    // (B, Hq, Tm, Tn): the selection's mask when selecting from W
@@ -50,15 +57,26 @@ bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float 
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask,
                               const bl_bwd_workspace *ws, cudaStream_t stream);
 
-// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum.
+// How the main kernel laid out the fp32 dq accumulator.
+enum bl_dq_layout {
+    BL_DQ_ROWS = 0,           // (B, Sq, Hq, D), columns in order (atomics)
+    BL_DQ_ROWS_PERMUTED = 1,  // (B, Sq, Hq, D), each 8-column group as columns 0 2 4 6 1 3 5 7
+                              // (TMA reduce-adds of dq_block_stage's staging, bwd_wgmma_sm90.cuh)
+    BL_DQ_TILES80 = 2         // (B, Hq, Tm80) blocks of 80 x 128 in the order the 80-row kernel
+                              // stages them (bwd_ws128r80_sm90.cuh, r80_dq_offset)
+};
+
+// Floats of the dq accumulator in `layout` (BL_DQ_TILES80 covers the padded last row tile).
+size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
+
+// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum (in the BL_DQ_ROWS layouts
+// only: the caller clears it for BL_DQ_TILES80).
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
-                                   bl_tensor dout, const float *lse,
+                                   bl_tensor dout, const float *lse, bool zero_dq_rows,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
-// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype; dq_cols_permuted: the main
-// kernel staged dQ for TMA reduce-adds, which stores each 8-column group as columns 0 2 4 6 1 3
-// 5 7 (bwd_wgmma_sm90.cuh, dq_block_stage).
+// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`.
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
-                                    bool dq_cols_permuted, bl_tensor dq,
+                                    bl_dq_layout layout, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.
@@ -76,8 +94,10 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //     producer warpgroup) instead of version 5 (bwd_ws64_sm90.cuh).
 //   WGMMA128_V6: head dim 128 as version 6 (bwd_wgmma_sm90.cuh: no producer warpgroup, every
 //     warp issues its own dQ reduce-adds) instead of version 10 (bwd_ws128_sm90.cuh).
-//   WS128_FEW_CTAS: the shipped head-dim-128 kernel (persistent) on at most 3 CTAs instead of
+//   WS128_FEW_CTAS: the shipped head-dim-128 kernels (persistent) on at most 3 CTAs instead of
 //     one per SM, so that small checks make each CTA walk several columns.
+//   WS128_ROWS64: dense head-dim-128 calls without a causal mask on the 64-row kernel (version
+//     10) instead of the 80-row one (version 11, bwd_ws128r80_sm90.cuh).
 enum {
     BL_BWD_VARIANT_WGMMA = 0,
     BL_BWD_VARIANT_MMA = 1,
@@ -86,6 +106,7 @@ enum {
     BL_BWD_VARIANT_CPASYNC_ROWS = 4,
     BL_BWD_VARIANT_WGMMA128_V6 = 5,
     BL_BWD_VARIANT_WGMMA64_V4 = 6,
-    BL_BWD_VARIANT_WS128_FEW_CTAS = 7
+    BL_BWD_VARIANT_WS128_FEW_CTAS = 7,
+    BL_BWD_VARIANT_WS128_ROWS64 = 8
 };
 void bl_bwd_set_variant(int variant);

@@ -25,8 +25,15 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d) {
     dm.group = d->heads_k > 0 ? d->heads_q / d->heads_k : 1;
     dm.tiles_m = (d->seqlen_q + BL_BWD_TM - 1) / BL_BWD_TM;
     dm.tiles_n = (d->seqlen_k + BL_BWD_TN - 1) / BL_BWD_TN;
-    dm.seqlen_q_pad = dm.tiles_m * BL_BWD_TM;
+    dm.tiles_m80 = (d->seqlen_q + BL_BWD_TM_DENSE - 1) / BL_BWD_TM_DENSE;
+    const int64_t pad64 = dm.tiles_m * BL_BWD_TM, pad80 = dm.tiles_m80 * BL_BWD_TM_DENSE;
+    dm.seqlen_q_pad = pad64 > pad80 ? pad64 : pad80;
     return dm;
+}
+
+size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout) {
+    const int64_t rows = layout == BL_DQ_TILES80 ? dm.tiles_m80 * BL_BWD_TM_DENSE : dm.seqlen_q;
+    return (size_t)(dm.batch * rows * dm.heads_q * dm.head_dim);
 }
 
 static size_t ws_take(size_t *offset, size_t bytes) {
@@ -40,8 +47,10 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     const size_t tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m * dm.tiles_n);
     const size_t cols = (size_t)(dm.batch * dm.heads_k * dm.tiles_n);
     size_t off = 0;
-    size_t o_dq = ws_take(&off, (size_t)(dm.batch * dm.seqlen_q * dm.heads_q * dm.head_dim) *
-                                    sizeof(float));
+    // Room for either layout of the dq accumulator (the 80-row one pads the last row tile).
+    const size_t dq_rows = bl_bwd_dq_accum_floats(dm, BL_DQ_ROWS);
+    const size_t dq_tiles = bl_bwd_dq_accum_floats(dm, BL_DQ_TILES80);
+    size_t o_dq = ws_take(&off, (dq_rows > dq_tiles ? dq_rows : dq_tiles) * sizeof(float));
     size_t o_dlt = ws_take(&off, rows_q * sizeof(float));
     size_t o_lse = ws_take(&off, rows_q * sizeof(float));
     size_t o_mask = ws_take(&off, tiles);
@@ -103,7 +112,7 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // contiguous (B, S, H, D) tensors are coalesced. Rows i in [Sq, Sq_pad) only write the padding
 // of dlt / lse_log2.
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
-// dq_accum: (B, Sq, Hq, D) fp32 contiguous.
+// dq_accum: (B, Sq, Hq, D) fp32 contiguous, zeroed here unless NULL.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
@@ -129,10 +138,12 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                                                 part * PP_VEC);
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
-        float4 *acc = reinterpret_cast<float4 *>(
-            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + part * PP_VEC);
-        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (dq_accum) {
+            float4 *acc = reinterpret_cast<float4 *>(
+                dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + part * PP_VEC);
+            acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+            acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     }
 #pragma unroll
     for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
@@ -148,7 +159,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     }
 }
 
-// dq: (B, Sq, Hq, D) in T with strides; dq_accum: (B, Sq, Hq, D) fp32 contiguous, with the
+// dq: (B, Sq, Hq, D) in T with strides; dq_accum (the BL_DQ_ROWS layouts): (B, Sq, Hq, D) fp32 contiguous, with the
 // columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where cols_permuted (what the
 // kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
 template <typename T, int D>
@@ -178,23 +189,71 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
     *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + part * PP_VEC) = o.u;
 }
 
+// The BL_DQ_TILES80 layout: one CTA per 80 x 128 block (b, h, row tile m), (B, Hq, Tm80) in
+// order. The block is the 8 consumer warps' staging one after the other, 1280 floats each
+// (r80_dq_offset in bwd_ws128r80_sm90.cuh): float (32t + lane) * 4 + x of warp w holds query
+// 8t + 2(lane % 4) + (x & 1), column 16w + lane / 4 + 8(x >> 1). The block goes through shared
+// memory, each warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in
+// distinct banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
+constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
+constexpr int PP80_WARP_FLOATS = 16 * PP80_ROWS;  // one staging warp's 16 columns x 80 rows
+constexpr int PP80_WARP_STRIDE = PP80_WARP_FLOATS + 4;
+template <typename T>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_postprocess_r80_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                              uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+    constexpr int WARPS = PP80_D / 16;
+    constexpr int WARP_VEC = PP80_WARP_FLOATS / 4;
+    __shared__ __align__(16) float tile[WARPS * PP80_WARP_STRIDE];
+    const int64_t blk = blockIdx.x;
+    const int64_t m = blk % dm.tiles_m80, h = (blk / dm.tiles_m80) % dm.heads_q,
+                  b = blk / (dm.tiles_m80 * dm.heads_q);
+    const float4 *src = reinterpret_cast<const float4 *>(dq_accum + blk * PP80_ROWS * PP80_D);
+    for (int f = threadIdx.x; f < WARPS * WARP_VEC; f += PP_THREADS)
+        *reinterpret_cast<float4 *>(&tile[(f / WARP_VEC) * PP80_WARP_STRIDE + 4 * (f % WARP_VEC)]) =
+            src[f];
+    __syncthreads();
+    for (int item = threadIdx.x; item < PP80_ROWS * (PP80_D / PP_VEC); item += PP_THREADS) {
+        const int q = item / (PP80_D / PP_VEC), c = item % (PP80_D / PP_VEC);
+        const int64_t i = m * PP80_ROWS + q;
+        if (i >= dm.seqlen_q) continue;
+        // columns 8c..8c+7: warp c / 2, register pair x >> 1 = c % 2, lanes 4 lg + lt for lg = 0..7
+        const int t = q >> 3, lt = (q & 7) >> 1;
+        const float *at = tile + (c >> 1) * PP80_WARP_STRIDE + (32 * t + lt) * 4 + 2 * (c & 1) + (q & 1);
+        bl_vec16 o;
+#pragma unroll
+        for (int lg = 0; lg < PP_VEC; ++lg) o.h[lg] = float_to_bits<T>(at[16 * lg] * scale);
+        *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + c * PP_VEC) = o.u;
+    }
+}
+
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
-                                  const float *lse, const bl_bwd_workspace *ws,
+                                  const float *lse, bool zero_dq_rows, const bl_bwd_workspace *ws,
                                   cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     bl_bwd_preprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
         dm, (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
         (const uint16_t *)dout.data, dout.stride_b, dout.stride_s, dout.stride_h, lse, ws->dlt,
-        ws->lse_log2, ws->dq_accum);
+        ws->lse_log2, zero_dq_rows ? ws->dq_accum : nullptr);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_preprocess_kernel");
     return BL_OK;
 }
 
 template <typename T, int D>
-static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bool cols_permuted,
+static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_layout layout,
                                    bl_tensor dq, const bl_bwd_workspace *ws, cudaStream_t stream) {
+    if (layout == BL_DQ_TILES80) {
+        if (D != PP80_D)
+            return bl_set_error(BL_ERR_INTERNAL, "dq accumulator in 80-row tiles at head dim %d", D);
+        const int64_t blocks = dm.batch * dm.heads_q * dm.tiles_m80;
+        bl_bwd_postprocess_r80_kernel<T><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
+            dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
+        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_r80_kernel");
+        return BL_OK;
+    }
+    const bool cols_permuted = layout == BL_DQ_ROWS_PERMUTED;
     const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     bl_bwd_postprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
@@ -205,21 +264,22 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bool cols
 }
 
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
-                                   bl_tensor dout, const float *lse,
+                                   bl_tensor dout, const float *lse, bool zero_dq_rows,
                                    const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
+    const bool z = zero_dq_rows;
     if (dm.head_dim == 64)
-        return bf16 ? preprocess_typed<__nv_bfloat16, 64>(dm, out, dout, lse, ws, stream)
-                    : preprocess_typed<__half, 64>(dm, out, dout, lse, ws, stream);
-    return bf16 ? preprocess_typed<__nv_bfloat16, 128>(dm, out, dout, lse, ws, stream)
-                : preprocess_typed<__half, 128>(dm, out, dout, lse, ws, stream);
+        return bf16 ? preprocess_typed<__nv_bfloat16, 64>(dm, out, dout, lse, z, ws, stream)
+                    : preprocess_typed<__half, 64>(dm, out, dout, lse, z, ws, stream);
+    return bf16 ? preprocess_typed<__nv_bfloat16, 128>(dm, out, dout, lse, z, ws, stream)
+                : preprocess_typed<__half, 128>(dm, out, dout, lse, z, ws, stream);
 }
 
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
-                                    bool dq_cols_permuted, bl_tensor dq,
+                                    bl_dq_layout layout, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
-    const bool perm = dq_cols_permuted;
+    const bl_dq_layout perm = layout;
     if (dm.head_dim == 64)
         return bf16 ? postprocess_typed<__nv_bfloat16, 64>(dm, scale, perm, dq, ws, stream)
                     : postprocess_typed<__half, 64>(dm, scale, perm, dq, ws, stream);

@@ -192,6 +192,16 @@ __device__ __forceinline__ void tma_reduce_add_4d(const void *tmap, uint32_t sme
         "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+// Bulk reduce (no tensor map): adds the `bytes` bytes of fp32 at `smem_src` into `gmem_dst`
+// element by element (both 16-byte aligned, bytes a multiple of 16). Joins this thread's next
+// bulk group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float *gmem_dst, uint32_t smem_src,
+                                                    uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                     gmem_dst),
+                 "r"(smem_src), "r"(bytes)
+                 : "memory");
+}
 // TMA store: writes the box at `smem_src` (laid out as the map's box, with its swizzle) to the
 // global tensor at coordinates (c0 innermost .. c3); elements outside the tensor are skipped.
 // Joins this thread's next bulk group.

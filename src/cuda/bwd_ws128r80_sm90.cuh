@@ -1,0 +1,410 @@
+// bwd_ws128r80_sm90.cuh -- backward main kernel version 11, head dim 128, for dense calls
+// without a causal mask: version 10 (bwd_ws128_sm90.cuh: producer warpgroup, persistent CTAs,
+// the next S^T behind dQ, dK / dV by TMA stores) on entries of 80 query rows instead of 64.
+//
+// Why: at 16k and 32k the non-causal dense backward ran at 0.96x cuDNN while our causal calls ran
+// as fast per entry as cuDNN's; the gap is the main loop's rate per entry -- the fixed work of an
+// entry (dS barrier, dQ staging and hand-over, waits) -- not the schedule's tail
+// (bench/notes-bwd.md, twelfth session). FlashAttention-3 takes 80-row entries for exactly these
+// calls: 25 % more rows share that fixed work. Only dense calls can: the 64-row tile is the
+// statistics' and the lists' granularity, so masked or selected calls keep version 10.
+//
+// What changes against version 10 (same warp roles, same barriers, same rings):
+//   - the entries of a column are every (q head hl of the group, 80-row tile m), hl major: no
+//     lists, no masks but the key limit of the last key tile (rows past Sq load as zeros and
+//     have lse = +inf, so their P is 0);
+//   - S^T, dP^T are m64n80 products (40 accumulator registers each); dV, dK reduce over 80
+//     queries (5 k16 steps);
+//   - dQ is computed transposed, dQ^T (d x queries) = K^T dS^T: M must be 64 per warpgroup and
+//     80 rows cannot be split so; warpgroup wg takes d rows 64wg.. (K^T as the MN-major A
+//     operand), N = 80;
+//   - dQ^T leaves the registers as 10 16-byte shared stores per thread, in the accumulator's own
+//     order (r80_dq_offset), into one 40 KB staging buffer; the reducer adds it into the fp32
+//     accumulator's 80 x 128 block with a single bulk reduce-add; the postprocess
+//     (BL_DQ_TILES80, bwd_prepost_sm90.cu) undoes the order;
+//   - lse / Dlt are read from shared memory where they are used (40 preloaded registers would
+//     not fit beside S^T, dP^T and dK / dV).
+#pragma once
+#include "bwd_ws128_sm90.cuh"
+
+namespace bl_bwd {
+
+constexpr int BM80 = BL_BWD_TM_DENSE;  // query rows per entry
+
+// Byte offsets from the kernel's 1024-aligned shared-memory base (every panel on a 1024-byte
+// boundary: 80 rows x 128 bytes = 10 KB).
+struct r80_smem {
+    static constexpr int D = 128;
+    static constexpr uint32_t QPANEL = BM80 * PANEL_ROW_BYTES;  // 64 columns of a Q / dO / dS tile
+    static constexpr uint32_t TILE = BM80 * D * 2;              // one Q or dO buffer
+    static constexpr uint32_t DS_TILE = BM80 * BN * 2;          // one dS buffer (2 panels)
+    static constexpr uint32_t DQ_BYTES = BM80 * D * sizeof(float);  // the dQ^T staging
+    static constexpr uint32_t K = 0;                  // BN x D
+    static constexpr uint32_t V = K + BN * D * 2;     // BN x D
+    static constexpr uint32_t Q = V + BN * D * 2;     // 2 buffers
+    static constexpr uint32_t DO = Q + 2 * TILE;      // 2 buffers
+    static constexpr uint32_t DS = DO + 2 * TILE;     // 2 buffers: entry it+1's dS is written
+                                                      // while entry it's dQ^T still reads
+    static constexpr uint32_t DQS = DS + 2 * DS_TILE;  // dQ^T, then each column's dK and dV
+    static constexpr uint32_t ROWS = DQS + DQ_BYTES;  // fp32 lse_log2[2][BM80], dlt[2][BM80]
+    static constexpr uint32_t BARS = ROWS + 4 * BM80 * sizeof(float);
+    static constexpr uint32_t USED = BARS + ws_bars::BYTES;
+    static constexpr uint32_t BASE_ALIGN = 1024;
+    static constexpr size_t BYTES = USED + BASE_ALIGN;
+    static_assert(Q % 1024 == 0 && DO % 1024 == 0 && DS % 1024 == 0 && DQS % 1024 == 0 &&
+                      QPANEL % 1024 == 0,
+                  "panels start on 1024-byte boundaries");
+    static_assert(DQ_BYTES >= 2 * BN * PANEL_ROW_BYTES, "dK or dV (ws_stage_dkv) fits the staging");
+    static_assert(BARS % 16 == 0, "TMA writes the column records 16-byte aligned");
+    static_assert(BYTES <= 232448, "227 KB of shared memory per CTA on sm_90");
+};
+
+// Float offset, in the accumulator's 80 x 128 block of an entry, of consumer warp `warp`'s
+// 16-byte vector `t` for lane `lane`: registers dq[4t .. 4t + 3] of the dQ^T fragment (d rows
+// 16 warp + lane / 4 (+ 8 for the last two), queries 8t + 2(lane % 4) (+1)). The postprocess
+// (bl_bwd_postprocess_r80_kernel) reads the block in this order.
+constexpr int R80_WARP_FLOATS = 16 * BM80;
+__device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
+    return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
+}
+
+// TMA of the 80-row tile (q head h, rows 80m..) of Q and dO into buffer `buf`, and its lse_log2 /
+// Dlt rows, completing on the buffer's FULL mbarrier.
+__device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s0, int buf,
+                                                 int64_t b, int64_t h, int64_t m) {
+    using L = r80_smem;
+    constexpr uint32_t ROW_BYTES = BM80 * sizeof(float);
+    const uint32_t bar = s0 + L::BARS + ws_bars::FULL + 8 * buf;
+    mbarrier_arrive_expect_tx(bar, 2 * L::TILE + 2 * ROW_BYTES);
+    const int row0 = (int)(m * BM80);
+#pragma unroll
+    for (int panel = 0; panel < L::D / PANEL_COLS; ++panel) {
+        tma_load_4d(s0 + L::Q + buf * L::TILE + panel * L::QPANEL, &p.tm_q, bar, panel * PANEL_COLS,
+                    row0, (int)h, (int)b);
+        tma_load_4d(s0 + L::DO + buf * L::TILE + panel * L::QPANEL, &p.tm_do, bar,
+                    panel * PANEL_COLS, row0, (int)h, (int)b);
+    }
+    const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
+    bulk_load(s0 + L::ROWS + buf * ROW_BYTES, p.lse_log2 + rows, ROW_BYTES, bar);
+    bulk_load(s0 + L::ROWS + (2 + buf) * ROW_BYTES, p.dlt + rows, ROW_BYTES, bar);
+}
+
+// p.tm_q / p.tm_do must have 80-row boxes; p.dq_accum is in the BL_DQ_TILES80 layout, zeroed.
+template <typename T>
+__global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
+    constexpr int D = 128;
+    using L = r80_smem;
+    constexpr int NQ = BM80 / 8;  // n8 tiles of queries (S^T, dP^T, dQ^T): 10
+    constexpr int ND = D / 8;     // n8 tiles of head dim (dK, dV)
+    constexpr int KSTEPS_D = D / 16;
+    constexpr int KSTEPS_Q = BM80 / 16;  // dV, dK: reduction over the entry's queries
+    constexpr int KSTEPS_K = BN / 16;    // dQ^T: reduction over the column's keys
+    constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
+    const uint32_t s0 = bl_smem_addr(smem_base);
+    const uint32_t bars = s0 + L::BARS;
+    const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
+
+    const bl_bwd_dims &dm = p.dm;
+    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
+    const int tiles_m = (int)dm.tiles_m80;
+    const int count = (int)(dm.group * dm.tiles_m80);  // entries of every column
+    const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; ++i) {
+            mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
+            mbarrier_init(bars + ws_bars::EMPTY + 8 * i, THREADS);
+            mbarrier_init(bars + ws_bars::COLFULL + 8 * i, 1);
+            mbarrier_init(bars + ws_bars::COLEMPTY + 8 * i, THREADS + 1);
+        }
+        // One staging buffer: DQFULL / DQEMPTY slot 0 only.
+        mbarrier_init(bars + ws_bars::DQFULL, WARPS);
+        mbarrier_init(bars + ws_bars::DQEMPTY, 1);
+        mbarrier_init(bars + ws_bars::NEVER, 1);
+        mbarrier_init(bars + ws_bars::KVFULL, 1);
+        mbarrier_init(bars + ws_bars::KVEMPTY, THREADS);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    if (threadIdx.x < 128) {
+        // ---- producer warpgroup (as version 10) ----
+        setmaxnreg_dec<WS_PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            int gi = 0, kc = 0;
+            for (int k = 0;; ++k) {
+                const int slot = k & 1;
+                mbarrier_wait(bars + ws_bars::COLEMPTY + 8 * slot, ((uint32_t)(k >> 1) & 1u) ^ 1u);
+                int64_t pos = k == 0 ? (int64_t)blockIdx.x
+                                     : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
+                pos = pos < num_cols ? pos : num_cols;  // the end record
+                mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
+                bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + pos, sizeof(int4),
+                          bars + ws_bars::COLFULL + 8 * slot);
+                if (pos == num_cols) break;
+                const ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                int hl = 0, m = 0;  // entry it = hl * tiles_m + m
+                for (int it = 0; it < count; ++it, ++gi) {
+                    const int buf = gi & 1;
+                    mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                    r80_tma_row_tile(p, s0, buf, cl.b, cl.g * dm.group + hl, m);
+                    if (it == 0) {
+                        mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
+                        ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
+                                          cl.n * BN);
+                        ++kc;
+                    }
+                    if (++m == tiles_m) m = 0, ++hl;
+                }
+            }
+        } else if (threadIdx.x == 32) {
+            // Staging position gj: each entry's dQ^T, then the column's dK and dV.
+            int gj = 0;
+            for (int k = 0;; ++k) {
+                const ws_column cl = ws_take_column(p, bars, col_slots, k);
+                if (cl.count < 0) break;
+                int hl = 0, m = 0;
+                for (int it = 0; it < count; ++it, ++gj) {
+                    mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
+                    const int64_t h = cl.g * dm.group + hl;
+                    bulk_reduce_add_f32(p.dq_accum + ((cl.b * dm.heads_q + h) * tiles_m + m) *
+                                                         (int64_t)(BM80 * D),
+                                        s0 + L::DQS, L::DQ_BYTES);
+                    bulk_commit_group();
+                    // The staging may be rewritten once the copy engine has read it.
+                    bulk_wait_group_read<0>();
+                    mbarrier_arrive(bars + ws_bars::DQEMPTY);
+                    if (++m == tiles_m) m = 0, ++hl;
+                }
+                for (int x = 0; x < 2; ++x, ++gj) {
+                    mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
+#pragma unroll
+                    for (int panel = 0; panel < D / PANEL_COLS; ++panel)
+                        tma_store_4d(x == 0 ? &p.tm_dk : &p.tm_dv,
+                                     s0 + L::DQS + panel * BN * PANEL_ROW_BYTES, panel * PANEL_COLS,
+                                     (int)(cl.n * BN), (int)cl.g, (int)cl.b);
+                    bulk_commit_group();
+                    bulk_wait_group_read<0>();
+                    mbarrier_arrive(bars + ws_bars::DQEMPTY);
+                }
+            }
+            bulk_wait_group<0>();
+        }
+        return;
+    }
+
+    // ---- consumer warpgroups ----
+    setmaxnreg_inc<WS_CONSUMER_REGS>();
+    const int ct = threadIdx.x - 128;
+    const int lane = ct & 31, warp = ct >> 5;
+    const int wg = warp >> 2;  // keys 64wg..64wg+63 (S^T, dP^T, dK, dV); d rows 64wg.. (dQ^T)
+    const int lg = lane >> 2, lt = lane & 3;
+    const int kw = warp * KEYS_PER_WARP;
+
+    int g0 = 0;  // the CTA's entries before this column
+    int kc = 0;  // its K / V loads before this column
+    for (int k = 0;; ++k) {
+        const ws_column cl = ws_take_column(p, bars, col_slots, k);
+        if (cl.count < 0) break;
+        const int64_t key0 = cl.n * BN;
+        const int64_t key_room = dm.seqlen_k - key0;
+        // This thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist: a select per P
+        // element instead of a branch per n8 tile (the branches cost registers here).
+        const bool key_ok0 = kw + lg < key_room, key_ok1 = kw + lg + 8 < key_room;
+
+        float dk_acc[ND * 4], dv_acc[ND * 4];
+#pragma unroll
+        for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
+
+        mbarrier_wait(bars + ws_bars::KVFULL, (uint32_t)kc & 1u);
+
+        // S^T = K Q^T of entry `it` (64 keys x 80 queries); as version 10, issued for entry it+1
+        // right behind entry it's dQ^T, and past the last entry on the NEVER barrier.
+        float s[NQ * 4], ds[NQ * 4];
+        auto issue_s = [&](int it) {
+            const int gq = g0 + it;
+            const uint32_t sQ = s0 + L::Q + (gq & 1) * L::TILE;
+#pragma unroll
+            for (int x = 0; x < NQ * 4; ++x) s[x] = 0.0f;
+            bl_reg_fence(s);
+            const bool real = it < count;
+            mbarrier_wait(bars + (real ? ws_bars::FULL + 8 * (gq & 1) : ws_bars::NEVER),
+                          real ? (uint32_t)(gq >> 1) & 1u : 1u);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS_D; ++kk) {
+                const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                const uint32_t qoff = (kk / 4) * L::QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                bl_wgmma_ss_n80<T, 0>(
+                    s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
+            }
+            bl_wgmma_commit();
+        };
+        issue_s(0);
+        bl_wgmma_wait<0>();
+        bl_reg_fence(s);
+
+        for (int it = 0; it < count; ++it) {
+            const int gi = g0 + it;
+            const int buf = gi & 1;
+            const uint32_t sQ = s0 + L::Q + buf * L::TILE;
+            const uint32_t sdO = s0 + L::DO + buf * L::TILE;
+            const uint32_t sDS = s0 + L::DS + buf * L::DS_TILE;
+            const float *lse2 = s_rows + buf * BM80;
+            const float *dlt = s_rows + (2 + buf) * BM80;
+
+            // ---- dP^T = V dO^T ----
+#pragma unroll
+            for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
+            bl_reg_fence(ds);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS_D; ++kk) {
+                const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                const uint32_t qoff = (kk / 4) * L::QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                bl_wgmma_ss_n80<T, 0>(
+                    ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
+            }
+            bl_wgmma_commit();
+            if (it > 0) {
+                // entry it-1's dQ^T, staged at the end of the last iteration, to the reducer
+                bl_fence_proxy_async();
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
+            }
+            bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
+            bl_reg_fence(s);
+
+            // ---- P^T = exp2(S^T scale log2e - lse log2e); keys past Sk are 0 ----
+#pragma unroll
+            for (int t = 0; t < NQ; ++t) {
+                const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+                s[4 * t + 0] = key_ok0 ? exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x)) : 0.0f;
+                s[4 * t + 1] = key_ok0 ? exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y)) : 0.0f;
+                s[4 * t + 2] = key_ok1 ? exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x)) : 0.0f;
+                s[4 * t + 3] = key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
+            }
+
+            // ---- dV += P^T dO ----
+            uint32_t pa[KSTEPS_Q][4];
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks) {
+                pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+                pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+                pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+                pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+            }
+            bl_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks)
+                bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                                  bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::QPANEL, BL_WGMMA_GROUP_BYTES));
+            bl_wgmma_commit();
+            bl_wgmma_wait<1>();  // dP^T is done; dV may still run
+            bl_reg_fence(ds);
+
+            // ---- dS^T = P^T * (dP^T - Dlt) ----
+#pragma unroll
+            for (int t = 0; t < NQ; ++t) {
+                const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+                ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
+                ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
+                ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
+                ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
+            }
+            uint32_t dsa[KSTEPS_Q][4];
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks) {
+                dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
+                dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
+                dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
+                dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
+            }
+
+            // ---- dK += dS^T Q, and dS (query rows, keys along the panels) for dQ^T ----
+            bl_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks)
+                bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
+                                  bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::QPANEL, BL_WGMMA_GROUP_BYTES));
+            bl_wgmma_commit();
+            {
+                // as version 10 (bwd_ws128_sm90.cuh), with 80-row panels
+                const int q = lane >> 3, r = lane & 7;
+                const int chunk = 2 * (warp & 3) + (q & 1);
+                const uint32_t base = sDS + wg * L::QPANEL + (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
+                                      (uint32_t)((chunk ^ r) << 4);
+#pragma unroll
+                for (int ks = 0; ks < KSTEPS_Q; ++ks)
+                    bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+            }
+            bl_fence_proxy_async();
+            // Every warp's dS of entry it is in shared memory; the other dS buffer is free (both
+            // warpgroups waited for their dQ^T of entry it-1 before arriving here).
+            named_barrier_sync(WS_BAR_DS, THREADS);
+
+            // ---- dQ^T (64 d x 80 queries) = K^T dS^T: warpgroup wg takes d rows 64wg.. ----
+            float dq[NQ * 4];
+#pragma unroll
+            for (int x = 0; x < NQ * 4; ++x) dq[x] = 0.0f;
+            bl_reg_fence(dq);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_K; ++ks)
+                bl_wgmma_ss_n80<T, 1>(
+                    dq,
+                    bl_wgmma_desc(s0 + L::K + wg * KPANEL + ks * K16_BYTES_MNMAJOR, KPANEL,
+                                  BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(sDS + (ks / 4) * L::QPANEL + (ks % 4) * K16_BYTES_KMAJOR, 16,
+                                  BL_WGMMA_GROUP_BYTES));
+            bl_wgmma_commit();
+            bl_wgmma_wait<1>();  // dV and dK are done: buffer buf is read
+            bl_reg_fence(dsa);
+            bl_reg_fence(pa);
+            mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
+            issue_s(it + 1);
+            bl_wgmma_wait<0>();
+            bl_reg_fence(s);
+            bl_reg_fence(dq);
+
+            // This warp's 16 x 80 block of dQ^T into the staging buffer once the reducer has
+            // read the last one (staging position gi + 2k: parity of gi).
+            mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)gi & 1u) ^ 1u);
+            float4 *stage = reinterpret_cast<float4 *>(smem_base + L::DQS);
+#pragma unroll
+            for (int t = 0; t < NQ; ++t)
+                stage[r80_dq_offset(warp, t, lane) / 4] =
+                    make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
+        }
+        // the last entry's staged dQ^T
+        bl_fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
+        mbarrier_arrive(bars + ws_bars::KVEMPTY);
+        ++kc;
+
+        bl_reg_fence(dk_acc);
+        bl_reg_fence(dv_acc);
+        // dK (times scale) and dV through the staging buffer (ws_stage_dkv), positions
+        // g0 + count + 2k and the next.
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const int gd = g0 + count + x;  // parity of the position
+            mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)gd & 1u) ^ 1u);
+            if (x == 0)
+                ws_stage_dkv<T>(s0 + L::DQS, dk_acc, p.scale, warp, lane);
+            else
+                ws_stage_dkv<T>(s0 + L::DQS, dv_acc, 1.0f, warp, lane);
+            bl_fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
+        }
+        g0 += count;
+    }  // columns
+}
+
+}  // namespace bl_bwd
