@@ -20,6 +20,9 @@
 // `sparse1 [KEEP]` / `sparsec [KEEP]` / `sparse64 [KEEP]`: dense, then one random tile mask
 // keeping KEEP (default 0.01): 16k x 16 x 128 full and causal / causal at 16k x 16 and 32k x 24 /
 // head dim 64. `dense128`: the bench's head-dim-128 shapes (16k x 16, 32k x 24), dense only.
+// `densenc`: dense non-causal head dim 128 at 8k, 16k, 32k (the 80-row kernel); `r80ab`: the
+// same shapes, the 80-row kernel against the 64-row one (BL_BWD_VARIANT_WS128_ROWS64), three
+// alternating rounds in one process.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -714,6 +717,14 @@ int main(int argc, char **argv) {
             bench_shape(1, 16384, 16, 128, causal);
             bench_shape(1, 32768, 24, 128, causal);
         }
+        return 0;
+    }
+    if (!strcmp(what, "densenc")) {  // dense non-causal head dim 128 (the 80-row kernel)
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+        g_full_sweep = 0;
+        bench_shape(1, 8192, 16, 128, 0);
+        bench_shape(1, 16384, 16, 128, 0);
+        bench_shape(1, 32768, 24, 128, 0);
         return 0;
     }
     if (!strcmp(what, "r80ab")) {  // dense non-causal head dim 128: 80-row kernel vs 64-row one

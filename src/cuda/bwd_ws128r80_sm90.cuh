@@ -289,7 +289,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 s[4 * t + 3] = key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
             }
 
-            // ---- dV += P^T dO ----
+            // ---- dV += P^T dO, issued before dP^T is waited for (issued after dS, with dK, the
+            // call ran 1-3 % slower: bench/results/bwd-s14-rows80.txt) ----
             uint32_t pa[KSTEPS_Q][4];
 #pragma unroll
             for (int ks = 0; ks < KSTEPS_Q; ++ks) {
@@ -367,6 +368,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_reg_fence(pa);
             mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
             issue_s(it + 1);
+            // dQ^T and entry it+1's S^T are done (staging dQ^T while S^T runs: level to +3 %,
+            // bench/results/bwd-s14-rows80.txt).
             bl_wgmma_wait<0>();
             bl_reg_fence(s);
             bl_reg_fence(dq);
