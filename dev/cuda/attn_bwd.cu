@@ -396,8 +396,10 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
     // The persistent head-dim-128 kernel on 3 CTAs: each walks several columns.
     if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WS128_FEW_CTAS);
-    // Dense non-causal head-dim-128 calls: the 64-row kernel too (the shipped one takes 80 rows).
-    if (c.D == 128 && c.mode == 0 && !c.causal) variants.push_back(BL_BWD_VARIANT_WS128_ROWS64);
+    // Non-causal head-dim-128 calls that keep every tile: the 64-row kernel too (the shipped one
+    // takes 80 rows).
+    if (c.D == 128 && !c.causal && (c.mode == 0 || (c.mode == 1 && c.keep >= 1.0)))
+        variants.push_back(BL_BWD_VARIANT_WS128_ROWS64);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -824,6 +826,7 @@ int main(int argc, char **argv) {
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});  // 80-row kernel
+        cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // the same, chosen on the device
     } else {
         //            B  Sq   Sk   Hq Hk D   causal dt mode keep negl padded nan
         cases.push_back({1, 128, 128, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});
@@ -846,6 +849,9 @@ int main(int argc, char **argv) {
         cases.push_back({2, 90, 257, 2, 2, 128, 0, BF, 0, 0, 0, 1, 0});
         cases.push_back({1, 33, 1030, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});
         cases.push_back({1, 2000, 200, 2, 2, 128, 0, BF, 0, 0, 0, 0, 0});
+        // Masks that keep every tile: the 80-row kernel, chosen on the device by the lists kernel.
+        cases.push_back({1, 300, 500, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
+        cases.push_back({2, 170, 257, 2, 2, 128, 0, FP, 1, 1.0, 0, 1, 0});
         // Long sequences (Tn = 1024 selection rows; Tm = 2048 row tiles), synthetic forward.
         cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});
         cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});

@@ -250,26 +250,16 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
     // Dense head-dim-128 calls without a causal mask run version 11 on 80-row entries, with Q /
-    // dO maps of 80-row boxes and its own dq accumulator layout (cleared here: the preprocess
-    // zeroes only the row layout).
-    CUtensorMap tm_q80, tm_do80;
+    // dO maps of 80-row boxes and its own dq accumulator layout.
     const bool rows80 =
         d->head_dim == 128 && tiles == NULL && !d->causal && tma_kv &&
         (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS) &&
-        bl_make_tensor_map(&tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
-        bl_make_tensor_map(&tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
-    if (rows80) {
-        p.tm_q = tm_q80;
-        p.tm_do = tm_do80;
-    }
-    if (rows80)
-        BL_CUDA_CHECK(cudaMemsetAsync(ws.dq_accum, 0,
-                                      bl_bwd_dq_accum_floats(dm, BL_DQ_TILES80) * sizeof(float),
-                                      stream));
-    BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, !rows80, &ws, stream));
+        bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
+        bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
+    bl_dq_layout layout = rows80 ? BL_DQ_TILES80 : BL_DQ_ROWS;
+    BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, &ws, stream));
 
-    bl_dq_layout layout = BL_DQ_TILES80;
     if (rows80) {
         BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, num_cols, stream)
                     : launch_rows80<__half>(p, num_cols, stream));

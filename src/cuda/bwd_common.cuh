@@ -69,10 +69,9 @@ enum bl_dq_layout {
 // Floats of the dq accumulator in `layout` (BL_DQ_TILES80 covers the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 
-// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum (in the BL_DQ_ROWS layouts
-// only: the caller clears it for BL_DQ_TILES80).
+// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
-                                   bl_tensor dout, const float *lse, bool zero_dq_rows,
+                                   bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
 // bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`.
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,

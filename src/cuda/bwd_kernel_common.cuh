@@ -24,7 +24,9 @@ struct bwd_params {
     // those kernels' dQ reduce-adds (dq_block_reduce); K and V as (D, Sk, Hk, B) with (64, BN,
     // 1, 1) boxes, for the persistent head-dim-128 kernel, which also stores dK and dV by TMA
     // (tm_dk, tm_dv: like K and V). Left unset where TMA cannot be used.
-    CUtensorMap tm_q, tm_do, tm_dq, tm_k, tm_v, tm_dk, tm_dv;
+    // tm_q80 / tm_do80: Q and dO with (64, 80, 1, 1) boxes, for the 80-row kernel
+    // (bwd_ws128r80_sm90.cuh).
+    CUtensorMap tm_q, tm_do, tm_dq, tm_k, tm_v, tm_dk, tm_dv, tm_q80, tm_do80;
     const void *q, *k, *v, *dout;
     void *dk, *dv;
     int64_t q_sb, q_ss, q_sh;

@@ -112,14 +112,17 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // contiguous (B, S, H, D) tensors are coalesced. Rows i in [Sq, Sq_pad) only write the padding
 // of dlt / lse_log2.
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
-// dq_accum: (B, Sq, Hq, D) fp32 contiguous, zeroed here unless NULL.
+// dq_accum: its first zero_rows * B * Hq * D floats zeroed, as (B, zero_rows, Hq, D): zero_rows =
+// Sq covers the (B, Sq, Hq, D) layouts, Tm80 * 80 (<= Sq_pad) the 80-row blocks of BL_DQ_TILES80
+// (all that matters for zeroing is the range).
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
                          int64_t o_ss, int64_t o_sh, const uint16_t *__restrict__ dout,
                          int64_t do_sb, int64_t do_ss, int64_t do_sh,
                          const float *__restrict__ lse, float *__restrict__ dlt,
-                         float *__restrict__ lse_log2, float *__restrict__ dq_accum) {
+                         float *__restrict__ lse_log2, float *__restrict__ dq_accum,
+                         int64_t zero_rows) {
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -138,12 +141,12 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                                                 part * PP_VEC);
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
-        if (dq_accum) {
-            float4 *acc = reinterpret_cast<float4 *>(
-                dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + part * PP_VEC);
-            acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-            acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+    }
+    if (live && i < zero_rows) {
+        float4 *acc = reinterpret_cast<float4 *>(
+            dq_accum + ((b * zero_rows + i) * dm.heads_q + h) * D + part * PP_VEC);
+        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
@@ -229,14 +232,15 @@ bl_bwd_postprocess_r80_kernel(bl_bwd_dims dm, float scale, const float *__restri
 
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
-                                  const float *lse, bool zero_dq_rows, const bl_bwd_workspace *ws,
-                                  cudaStream_t stream) {
+                                  const float *lse, bl_dq_layout layout,
+                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     bl_bwd_preprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
         dm, (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
         (const uint16_t *)dout.data, dout.stride_b, dout.stride_s, dout.stride_h, lse, ws->dlt,
-        ws->lse_log2, zero_dq_rows ? ws->dq_accum : nullptr);
+        ws->lse_log2, ws->dq_accum,
+        layout == BL_DQ_TILES80 ? dm.tiles_m80 * BL_BWD_TM_DENSE : dm.seqlen_q);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_preprocess_kernel");
     return BL_OK;
 }
@@ -264,10 +268,10 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
 }
 
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
-                                   bl_tensor dout, const float *lse, bool zero_dq_rows,
+                                   bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
-    const bool z = zero_dq_rows;
+    const bl_dq_layout z = layout;
     if (dm.head_dim == 64)
         return bf16 ? preprocess_typed<__nv_bfloat16, 64>(dm, out, dout, lse, z, ws, stream)
                     : preprocess_typed<__half, 64>(dm, out, dout, lse, z, ws, stream);

@@ -68,8 +68,8 @@ __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
     return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
 }
 
-// TMA of the 80-row tile (q head h, rows 80m..) of Q and dO into buffer `buf`, and its lse_log2 /
-// Dlt rows, completing on the buffer's FULL mbarrier.
+// TMA of the 80-row tile (q head h, rows 80m..) of Q and dO (p.tm_q80 / p.tm_do80) into buffer
+// `buf`, and its lse_log2 / Dlt rows, completing on the buffer's FULL mbarrier.
 __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s0, int buf,
                                                  int64_t b, int64_t h, int64_t m) {
     using L = r80_smem;
@@ -79,9 +79,9 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
     const int row0 = (int)(m * BM80);
 #pragma unroll
     for (int panel = 0; panel < L::D / PANEL_COLS; ++panel) {
-        tma_load_4d(s0 + L::Q + buf * L::TILE + panel * L::QPANEL, &p.tm_q, bar, panel * PANEL_COLS,
-                    row0, (int)h, (int)b);
-        tma_load_4d(s0 + L::DO + buf * L::TILE + panel * L::QPANEL, &p.tm_do, bar,
+        tma_load_4d(s0 + L::Q + buf * L::TILE + panel * L::QPANEL, &p.tm_q80, bar,
+                    panel * PANEL_COLS, row0, (int)h, (int)b);
+        tma_load_4d(s0 + L::DO + buf * L::TILE + panel * L::QPANEL, &p.tm_do80, bar,
                     panel * PANEL_COLS, row0, (int)h, (int)b);
     }
     const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
@@ -89,7 +89,7 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
     bulk_load(s0 + L::ROWS + (2 + buf) * ROW_BYTES, p.dlt + rows, ROW_BYTES, bar);
 }
 
-// p.tm_q / p.tm_do must have 80-row boxes; p.dq_accum is in the BL_DQ_TILES80 layout, zeroed.
+// p.dq_accum is in the BL_DQ_TILES80 layout, zeroed.
 template <typename T>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 128;
