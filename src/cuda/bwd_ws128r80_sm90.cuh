@@ -211,8 +211,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         const int64_t key0 = cl.n * BN;
         const int64_t key_room = dm.seqlen_k - key0;
         // This thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist: a select per P
-        // element instead of a branch per n8 tile (the branches cost registers here).
-        const bool key_ok0 = kw + lg < key_room, key_ok1 = kw + lg + 8 < key_room;
+        // element instead of a branch per n8 tile, against a 32-bit limit (compared with the
+        // 64-bit key_room, ptxas kept both halves and spilled them across the entry loop, whose
+        // fences then waited for the reloads: 2-4 % of the dense call,
+        // bench/results/bwd-s14-rows80.txt, run 11).
+        const int key_limit = key_room < BN ? (int)key_room : BN;
+        const bool key_ok0 = kw + lg < key_limit, key_ok1 = kw + lg + 8 < key_limit;
 
         float dk_acc[ND * 4], dv_acc[ND * 4];
 #pragma unroll
