@@ -181,71 +181,43 @@ static __device__ __forceinline__ void bl_reg_fence(uint32_t (&r)[N][4]) {
     "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
     "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// d[32] += A(smem, K-major) * B(smem; K-major when TRANS_B == 0, MN-major when 1); m64n64k16.
-#define BL_WGMMA_SS_N64(TY, TB)                                                               \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " BL_REGS32        \
-                 ", %32, %33, p, 1, 1, 0, " #TB ";\n}\n"                                      \
-                 : BL_ACC32(d)                                                                \
-                 : "l"(da), "l"(db), "r"(1))
-template <typename T, int TRANS_B>
-static __device__ __forceinline__ void bl_wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db);
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n64<__nv_bfloat16, 0>(float (&d)[32], uint64_t da,
-                                                                  uint64_t db) {
-    BL_WGMMA_SS_N64("bf16", 0);
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n64<__nv_bfloat16, 1>(float (&d)[32], uint64_t da,
-                                                                  uint64_t db) {
-    BL_WGMMA_SS_N64("bf16", 1);
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n64<__half, 0>(float (&d)[32], uint64_t da,
-                                                           uint64_t db) {
-    BL_WGMMA_SS_N64("f16", 0);
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n64<__half, 1>(float (&d)[32], uint64_t da,
-                                                           uint64_t db) {
-    BL_WGMMA_SS_N64("f16", 1);
-}
-
-// d[40] += A(smem; K-major when TRANS_A == 0, MN-major when 1) * B(smem, K-major); m64n80k16:
-// the 80-row kernel's products over its query rows (bwd_ws128r80_sm90.cuh).
 #define BL_ACC40(d) BL_ACC32(d), BL_F8(d, 32)
 #define BL_REGS40                                                                             \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
     "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
     "%36, %37, %38, %39}"
-#define BL_WGMMA_SS_N80(TY, TA)                                                               \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY " " BL_REGS40        \
-                 ", %40, %41, p, 1, 1, " #TA ", 0;\n}\n"                                      \
-                 : BL_ACC40(d)                                                                \
+
+// Both operands from shared memory, fp32 accumulators d: one wgmma of SHAPE whose descriptors
+// and predicate are operands IA, IB, IP (after the accumulator registers); TA / TB = 1: A / B
+// MN-major ("transposed"), 0: K-major.
+#define BL_WGMMA_SS_ASM(SHAPE, REGS, ACC, IA, IB, IP, TY, TA, TB)                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                            \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " " REGS           \
+                 ", %" #IA ", %" #IB ", p, 1, 1, " #TA ", " #TB ";\n}\n"                     \
+                 : ACC(d)                                                                     \
                  : "l"(da), "l"(db), "r"(1))
+// d[32] += A(smem, K-major) * B(smem; K-major when TRANS_B == 0, MN-major when 1); m64n64k16.
+template <typename T, int TRANS_B>
+static __device__ __forceinline__ void bl_wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db);
+// d[40] += A(smem; K-major when TRANS_A == 0, MN-major when 1) * B(smem, K-major); m64n80k16:
+// the 80-row kernel's products over its query rows (bwd_ws128r80_sm90.cuh).
 template <typename T, int TRANS_A>
 static __device__ __forceinline__ void bl_wgmma_ss_n80(float (&d)[40], uint64_t da, uint64_t db);
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n80<__nv_bfloat16, 0>(float (&d)[40], uint64_t da,
-                                                                  uint64_t db) {
-    BL_WGMMA_SS_N80("bf16", 0);
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n80<__nv_bfloat16, 1>(float (&d)[40], uint64_t da,
-                                                                  uint64_t db) {
-    BL_WGMMA_SS_N80("bf16", 1);
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n80<__half, 0>(float (&d)[40], uint64_t da,
-                                                           uint64_t db) {
-    BL_WGMMA_SS_N80("f16", 0);
-}
-template <>
-__device__ __forceinline__ void bl_wgmma_ss_n80<__half, 1>(float (&d)[40], uint64_t da,
-                                                           uint64_t db) {
-    BL_WGMMA_SS_N80("f16", 1);
-}
+#define BL_WGMMA_SS_SPECIALIZE(T, TY, X)                                                      \
+    template <>                                                                               \
+    __device__ __forceinline__ void bl_wgmma_ss_n64<T, X>(float (&d)[32], uint64_t da,        \
+                                                          uint64_t db) {                      \
+        BL_WGMMA_SS_ASM("m64n64k16", BL_REGS32, BL_ACC32, 32, 33, 34, TY, 0, X);              \
+    }                                                                                         \
+    template <>                                                                               \
+    __device__ __forceinline__ void bl_wgmma_ss_n80<T, X>(float (&d)[40], uint64_t da,        \
+                                                          uint64_t db) {                      \
+        BL_WGMMA_SS_ASM("m64n80k16", BL_REGS40, BL_ACC40, 40, 41, 42, TY, X, 0);              \
+    }
+BL_WGMMA_SS_SPECIALIZE(__nv_bfloat16, "bf16", 0)
+BL_WGMMA_SS_SPECIALIZE(__nv_bfloat16, "bf16", 1)
+BL_WGMMA_SS_SPECIALIZE(__half, "f16", 0)
+BL_WGMMA_SS_SPECIALIZE(__half, "f16", 1)
 
 // d[N/2] += A(registers: the m16n8k16 A fragment of this warp's 16 rows) * B(smem; MN-major
 // when TRANS_B == 1, the default, K-major when 0); m64nNk16 for N = 64 or 128.

@@ -413,14 +413,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
         // order needs ~255 registers at 128 queries and spills).
         bl_wgmma_wait<0>();  // dP^T is done
         bl_reg_fence(ds);
-#pragma unroll
-        for (int t = 0; t < NQ; ++t) {
-            const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
-            ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
-            ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
-            ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
-            ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
-        }
+        ds_from_dp_smem<NQ>(ds, s, dlt, lt);
         uint32_t pa[KSTEPS_Q][4], dsa[KSTEPS_Q][4];
 #pragma unroll
         for (int ks = 0; ks < KSTEPS_Q; ++ks)
@@ -443,20 +436,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
                               bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::PANEL,
                                             BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
-        {
-            // dS (query i, key j) at key panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8). The
-            // fragment dsa[ks][q] holds keys kw%64 + 8(q&1) + 0..7 x queries 16ks + 8(q>>1) +
-            // 0..7; stored transposed, its row r is query 16ks + 8(q>>1) + r. Lane l addresses
-            // row l%8 of matrix l/8.
-            const int q = lane >> 3, r = lane & 7;
-            const int chunk = 2 * (warp & 3) + (q & 1);
-            const uint32_t base = s0 + L::DS + buf * L::DS_BUF + wg * L::PANEL +
-                                  (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
-                                  (uint32_t)((chunk ^ r) << 4);
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS_Q; ++ks)
-                bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
-        }
+        store_ds_tile(s0 + L::DS + buf * L::DS_BUF + wg * L::PANEL, dsa, warp, lane);
         bl_wgmma_wait<0>();  // dV and dK are done: pa and dsa may die
         bl_reg_fence(pa);
         bl_reg_fence(dsa);

@@ -177,6 +177,36 @@ __device__ __forceinline__ void dq_block_stage(uint32_t sdq, const float (&dq)[3
     }
 }
 
+// The m16n8k16 A fragments of KS k16 steps from an fp32 accumulator fragment whose n8 tiles
+// 2ks, 2ks + 1 make step ks (P^T or dS^T of the backward as the register operand of dV / dK).
+template <typename T, int KS>
+__device__ __forceinline__ void pack_a_fragments(uint32_t (&a)[KS][4], const float (&x)[KS * 8]) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+        a[ks][0] = bl_pack2<T>(x[8 * ks + 0], x[8 * ks + 1]);
+        a[ks][1] = bl_pack2<T>(x[8 * ks + 2], x[8 * ks + 3]);
+        a[ks][2] = bl_pack2<T>(x[8 * ks + 4], x[8 * ks + 5]);
+        a[ks][3] = bl_pack2<T>(x[8 * ks + 6], x[8 * ks + 7]);
+    }
+}
+
+// dS of this warp's 16 keys (the packed dS^T fragments dsa) into its warpgroup's panel of the dS
+// tile (query rows, keys along the panels; panel wg holds keys 64wg..) at spanel, transposed by
+// stmatrix: dS (query i, key j) at row i, chunk (j % 64) / 8 ^ (i % 8) of panel j / 64.
+// Fragment dsa[ks][q] holds keys kw % 64 + 8(q & 1) + 0..7 x queries 16ks + 8(q >> 1) + 0..7;
+// stored transposed, its row r is query 16ks + 8(q >> 1) + r. Lane l addresses row l % 8 of
+// matrix l / 8.
+template <int KS>
+__device__ __forceinline__ void store_ds_tile(uint32_t spanel, const uint32_t (&dsa)[KS][4],
+                                              int warp, int lane) {
+    const int q = lane >> 3, r = lane & 7;
+    const int chunk = 2 * (warp & 3) + (q & 1);
+    const uint32_t base =
+        spanel + (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES + (uint32_t)((chunk ^ r) << 4);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+}
+
 // dS^T = P^T * (dP^T - Dlt), in place of dP^T's accumulator fragment ds (NT n8 tiles of queries;
 // this thread's queries 8t + 2lt and 8t + 2lt + 1 have Dlt dlt[t].x and .y).
 template <int NT>
@@ -188,6 +218,20 @@ __device__ __forceinline__ void ds_from_dp(float (&ds)[4 * NT], const float (&p)
         ds[4 * t + 1] = p[4 * t + 1] * (ds[4 * t + 1] - dlt[t].y);
         ds[4 * t + 2] = p[4 * t + 2] * (ds[4 * t + 2] - dlt[t].x);
         ds[4 * t + 3] = p[4 * t + 3] * (ds[4 * t + 3] - dlt[t].y);
+    }
+}
+
+// The same with this thread's Dlt read from the tile's row array dlt (queries 8t + 2lt, +1).
+template <int NT>
+__device__ __forceinline__ void ds_from_dp_smem(float (&ds)[4 * NT], const float (&p)[4 * NT],
+                                                const float *dlt, int lt) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+        ds[4 * t + 0] = p[4 * t + 0] * (ds[4 * t + 0] - dd.x);
+        ds[4 * t + 1] = p[4 * t + 1] * (ds[4 * t + 1] - dd.y);
+        ds[4 * t + 2] = p[4 * t + 2] * (ds[4 * t + 2] - dd.x);
+        ds[4 * t + 3] = p[4 * t + 3] * (ds[4 * t + 3] - dd.y);
     }
 }
 
@@ -467,13 +511,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
 
         // ---- dV += P^T dO (P^T from registers) ----
         uint32_t pa[BM / 16][4];
-#pragma unroll
-        for (int ks = 0; ks < BM / 16; ++ks) {
-            pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
-            pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
-            pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
-            pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
-        }
+        pack_a_fragments<T>(pa, s);
         bl_wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < BM / 16; ++ks)
@@ -484,22 +522,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
         bl_reg_fence(ds);
 
         // ---- dS^T = P^T * (dP^T - Dlt) ----
-#pragma unroll
-        for (int t = 0; t < NQ; ++t) {
-            const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
-            ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
-            ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
-            ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
-            ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
-        }
+        ds_from_dp_smem<NQ>(ds, s, dlt, lt);
         uint32_t dsa[BM / 16][4];
-#pragma unroll
-        for (int ks = 0; ks < BM / 16; ++ks) {
-            dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
-            dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
-            dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
-            dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
-        }
+        pack_a_fragments<T>(dsa, ds);
         if (!FUSED_DKV) {
             bl_wgmma_wait<0>();  // dV is done: P's registers may be reused
             bl_reg_fence(pa);
@@ -513,18 +538,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
                               bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
         bl_wgmma_commit();
         if (FUSED_DKV) {
-            // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8). Fragment
-            // dsa[ks][q] holds keys kw%64 + 8(q&1) + 0..7 x queries 16ks + 8(q>>1) + 0..7; stored
-            // transposed, its row r is query 16ks + 8(q>>1) + r. Lane l addresses row l%8 of
-            // matrix l/8.
-            const int q = lane >> 3, r = lane & 7;
-            const int chunk = 2 * (warp & 3) + (q & 1);
-            const uint32_t base = s0 + L::DS + wg * QPANEL +
-                                  (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
-                                  (uint32_t)((chunk ^ r) << 4);
-#pragma unroll
-            for (int ks = 0; ks < BM / 16; ++ks)
-                bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+            store_ds_tile(s0 + L::DS + wg * QPANEL, dsa, warp, lane);
         } else {
             // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8), lane j%8.
             // This thread's keys: kw + lg (+8); queries 8t + 2lt (+1).

@@ -116,6 +116,52 @@ __device__ __forceinline__ ws_column ws_take_column(const bwd_params &p, uint32_
     return ws_decode(p, rec);
 }
 
+// The mbarriers of both persistent head-dim-128 kernels (dq_buffers: their dQ staging buffers).
+__device__ __forceinline__ void ws_init_bars(uint32_t bars, int dq_buffers) {
+    for (int i = 0; i < 2; ++i) {
+        mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
+        mbarrier_init(bars + ws_bars::EMPTY + 8 * i, THREADS);  // every consumer thread
+        if (i < dq_buffers) {
+            mbarrier_init(bars + ws_bars::DQFULL + 8 * i, WARPS);
+            mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
+        }
+    }
+    mbarrier_init(bars + ws_bars::NEVER, 1);
+    mbarrier_init(bars + ws_bars::KVFULL, 1);
+    mbarrier_init(bars + ws_bars::KVEMPTY, THREADS);  // every consumer thread
+    for (int i = 0; i < 2; ++i) {
+        mbarrier_init(bars + ws_bars::COLFULL + 8 * i, 1);
+        mbarrier_init(bars + ws_bars::COLEMPTY + 8 * i, THREADS + 1);  // consumers, reducer
+    }
+    fence_mbarrier_init();
+}
+
+// The producer's draw of the CTA's k-th column: its schedule position (num_cols: past the end),
+// whose record goes by TMA into slot k & 1 once column k-2's has been read (ws_take_column).
+__device__ __forceinline__ int64_t ws_draw_column(const bwd_params &p, uint32_t bars, int k,
+                                                  int64_t num_cols) {
+    const int slot = k & 1;
+    mbarrier_wait(bars + ws_bars::COLEMPTY + 8 * slot, ((uint32_t)(k >> 1) & 1u) ^ 1u);
+    int64_t pos = k == 0 ? (int64_t)blockIdx.x : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
+    pos = pos < num_cols ? pos : num_cols;  // the end record
+    mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
+    bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + pos, sizeof(int4),
+              bars + ws_bars::COLFULL + 8 * slot);
+    return pos;
+}
+
+// The reducer's TMA stores of a column's dK (x = 0) or dV (x = 1), staged at src by
+// ws_stage_dkv; returns once the copy engine has read the staging.
+__device__ __forceinline__ void ws_store_dkv(const bwd_params &p, uint32_t src, int x,
+                                             const ws_column &cl) {
+#pragma unroll
+    for (int panel = 0; panel < 128 / PANEL_COLS; ++panel)
+        tma_store_4d(x == 0 ? &p.tm_dk : &p.tm_dv, src + panel * BN * PANEL_ROW_BYTES,
+                     panel * PANEL_COLS, (int)(cl.n * BN), (int)cl.g, (int)cl.b);
+    bulk_commit_group();
+    bulk_wait_group_read<0>();
+}
+
 // The column's epilogue goes through the dQ staging ring: dK (times scale) and dV of the column's
 // 128 keys take the ring's next two positions, one 32 KB buffer each, as two 64-column panels
 // of 128 rows with the 128B swizzle (the tensor maps' box), and the reducer stores each with two
@@ -194,22 +240,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     const int tiles_m = (int)dm.tiles_m;
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
 
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 2; ++i) {
-            mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
-            mbarrier_init(bars + ws_bars::EMPTY + 8 * i, THREADS);  // every consumer thread
-            mbarrier_init(bars + ws_bars::DQFULL + 8 * i, WARPS);
-            mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
-        }
-        mbarrier_init(bars + ws_bars::NEVER, 1);
-        mbarrier_init(bars + ws_bars::KVFULL, 1);
-        mbarrier_init(bars + ws_bars::KVEMPTY, THREADS);  // every consumer thread
-        for (int i = 0; i < 2; ++i) {
-            mbarrier_init(bars + ws_bars::COLFULL + 8 * i, 1);
-            mbarrier_init(bars + ws_bars::COLEMPTY + 8 * i, THREADS + 1);  // consumers, reducer
-        }
-        fence_mbarrier_init();
-    }
+    if (threadIdx.x == 0) ws_init_bars(bars, 2);
     __syncthreads();
 
     if (threadIdx.x < 128) {
@@ -222,15 +253,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // So the loads overlap the last column's dK / dV epilogue.
             int gi = 0, kc = 0;
             for (int k = 0;; ++k) {
-                // Column k: its record into slot k & 1 once column k-2's has been read.
-                const int slot = k & 1;
-                mbarrier_wait(bars + ws_bars::COLEMPTY + 8 * slot, ((uint32_t)(k >> 1) & 1u) ^ 1u);
-                int64_t pos = k == 0 ? (int64_t)blockIdx.x
-                                     : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
-                pos = pos < num_cols ? pos : num_cols;  // the end record
-                mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
-                bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + pos, sizeof(int4),
-                          bars + ws_bars::COLFULL + 8 * slot);
+                const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
                 for (int it = 0; it < cl.count; ++it, ++gi) {
@@ -274,12 +297,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const int buf = gj & 1;
                     const uint32_t src = s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES;
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
-#pragma unroll
-                    for (int panel = 0; panel < D / PANEL_COLS; ++panel)
-                        tma_store_4d(x == 0 ? &p.tm_dk : &p.tm_dv, src + panel * BN * PANEL_ROW_BYTES,
-                                     panel * PANEL_COLS, (int)(cl.n * BN), (int)cl.g, (int)cl.b);
-                    bulk_commit_group();
-                    bulk_wait_group_read<0>();
+                    ws_store_dkv(p, src, x, cl);
                     mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
                 }
             }
@@ -433,13 +451,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
                 // ---- dV += P^T dO (P^T from registers) ----
                 uint32_t pa[BM / 16][4];
-#pragma unroll
-                for (int ks = 0; ks < BM / 16; ++ks) {
-                    pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
-                    pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
-                    pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
-                    pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
-                }
+                pack_a_fragments<T>(pa, s);
                 BL_TLC(4);
                 bl_wgmma_fence();
 #pragma unroll
@@ -454,13 +466,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // ---- dS^T = P^T * (dP^T - Dlt) ----
                 ds_from_dp<NQ>(ds, s, dlt_r);
                 uint32_t dsa[BM / 16][4];
-#pragma unroll
-                for (int ks = 0; ks < BM / 16; ++ks) {
-                    dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
-                    dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
-                    dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
-                    dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
-                }
+                pack_a_fragments<T>(dsa, ds);
 
                 // ---- dK += dS^T Q (registers), and dS to shared memory (buffer it & 1) for dQ ----
                 bl_wgmma_fence();
@@ -469,17 +475,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
                                       bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
                 bl_wgmma_commit();
-                {
-                    // dS (query i, key j) at panel j/64 (= wg), row i, chunk (j%64)/8 ^ (i%8); see
-                    // version 4 for the stmatrix.trans fragment mapping.
-                    const int q = lane >> 3, r = lane & 7;
-                    const int chunk = 2 * (warp & 3) + (q & 1);
-                    const uint32_t base = sDS + wg * QPANEL + (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
-                                          (uint32_t)((chunk ^ r) << 4);
-#pragma unroll
-                    for (int ks = 0; ks < BM / 16; ++ks)
-                        bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
-                }
+                store_ds_tile(sDS + wg * QPANEL, dsa, warp, lane);
                 bl_fence_proxy_async();  // the dS stores are read by wgmma next
                 BL_TLC(6);
                 // Every consumer warp's dS of entry it is in shared memory. This is also what frees the

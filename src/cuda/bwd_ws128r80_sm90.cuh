@@ -112,21 +112,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     const int count = (int)(dm.group * dm.tiles_m80);  // entries of every column
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
 
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < 2; ++i) {
-            mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
-            mbarrier_init(bars + ws_bars::EMPTY + 8 * i, THREADS);
-            mbarrier_init(bars + ws_bars::COLFULL + 8 * i, 1);
-            mbarrier_init(bars + ws_bars::COLEMPTY + 8 * i, THREADS + 1);
-        }
-        // One staging buffer: DQFULL / DQEMPTY slot 0 only.
-        mbarrier_init(bars + ws_bars::DQFULL, WARPS);
-        mbarrier_init(bars + ws_bars::DQEMPTY, 1);
-        mbarrier_init(bars + ws_bars::NEVER, 1);
-        mbarrier_init(bars + ws_bars::KVFULL, 1);
-        mbarrier_init(bars + ws_bars::KVEMPTY, THREADS);
-        fence_mbarrier_init();
-    }
+    if (threadIdx.x == 0) ws_init_bars(bars, 1);  // one dQ staging buffer
     __syncthreads();
 
     if (threadIdx.x < 128) {
@@ -135,14 +121,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         if (threadIdx.x == 0) {
             int gi = 0, kc = 0;
             for (int k = 0;; ++k) {
-                const int slot = k & 1;
-                mbarrier_wait(bars + ws_bars::COLEMPTY + 8 * slot, ((uint32_t)(k >> 1) & 1u) ^ 1u);
-                int64_t pos = k == 0 ? (int64_t)blockIdx.x
-                                     : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
-                pos = pos < num_cols ? pos : num_cols;  // the end record
-                mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
-                bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + pos, sizeof(int4),
-                          bars + ws_bars::COLFULL + 8 * slot);
+                const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
                 int hl = 0, m = 0;  // entry it = hl * tiles_m + m
@@ -180,13 +159,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 }
                 for (int x = 0; x < 2; ++x, ++gj) {
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
-#pragma unroll
-                    for (int panel = 0; panel < D / PANEL_COLS; ++panel)
-                        tma_store_4d(x == 0 ? &p.tm_dk : &p.tm_dv,
-                                     s0 + L::DQS + panel * BN * PANEL_ROW_BYTES, panel * PANEL_COLS,
-                                     (int)(cl.n * BN), (int)cl.g, (int)cl.b);
-                    bulk_commit_group();
-                    bulk_wait_group_read<0>();
+                    ws_store_dkv(p, s0 + L::DQS, x, cl);
                     mbarrier_arrive(bars + ws_bars::DQEMPTY);
                 }
             }
@@ -296,13 +269,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             // ---- dV += P^T dO, issued before dP^T is waited for (issued after dS, with dK, the
             // call ran 1-3 % slower: bench/results/bwd-s14-rows80.txt) ----
             uint32_t pa[KSTEPS_Q][4];
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS_Q; ++ks) {
-                pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
-                pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
-                pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
-                pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
-            }
+            pack_a_fragments<T>(pa, s);
             bl_wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < KSTEPS_Q; ++ks)
@@ -313,22 +280,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_reg_fence(ds);
 
             // ---- dS^T = P^T * (dP^T - Dlt) ----
-#pragma unroll
-            for (int t = 0; t < NQ; ++t) {
-                const float2 dd = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
-                ds[4 * t + 0] = s[4 * t + 0] * (ds[4 * t + 0] - dd.x);
-                ds[4 * t + 1] = s[4 * t + 1] * (ds[4 * t + 1] - dd.y);
-                ds[4 * t + 2] = s[4 * t + 2] * (ds[4 * t + 2] - dd.x);
-                ds[4 * t + 3] = s[4 * t + 3] * (ds[4 * t + 3] - dd.y);
-            }
+            ds_from_dp_smem<NQ>(ds, s, dlt, lt);
             uint32_t dsa[KSTEPS_Q][4];
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS_Q; ++ks) {
-                dsa[ks][0] = bl_pack2<T>(ds[8 * ks + 0], ds[8 * ks + 1]);
-                dsa[ks][1] = bl_pack2<T>(ds[8 * ks + 2], ds[8 * ks + 3]);
-                dsa[ks][2] = bl_pack2<T>(ds[8 * ks + 4], ds[8 * ks + 5]);
-                dsa[ks][3] = bl_pack2<T>(ds[8 * ks + 6], ds[8 * ks + 7]);
-            }
+            pack_a_fragments<T>(dsa, ds);
 
             // ---- dK += dS^T Q, and dS (query rows, keys along the panels) for dQ^T ----
             bl_wgmma_fence();
@@ -337,16 +291,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
                                   bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::QPANEL, BL_WGMMA_GROUP_BYTES));
             bl_wgmma_commit();
-            {
-                // as version 10 (bwd_ws128_sm90.cuh), with 80-row panels
-                const int q = lane >> 3, r = lane & 7;
-                const int chunk = 2 * (warp & 3) + (q & 1);
-                const uint32_t base = sDS + wg * L::QPANEL + (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
-                                      (uint32_t)((chunk ^ r) << 4);
-#pragma unroll
-                for (int ks = 0; ks < KSTEPS_Q; ++ks)
-                    bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
-            }
+            store_ds_tile(sDS + wg * L::QPANEL, dsa, warp, lane);  // 80-row panels
             bl_fence_proxy_async();
             // Every warp's dS of entry it is in shared memory; the other dS buffer is free (both
             // warpgroups waited for their dQ^T of entry it-1 before arriving here).
