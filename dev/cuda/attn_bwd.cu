@@ -826,7 +826,7 @@ int main(int argc, char **argv) {
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});  // 80-row kernel
-        cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // the same, chosen on the device
+        cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // the same, masked: version 10
     } else {
         //            B  Sq   Sk   Hq Hk D   causal dt mode keep negl padded nan
         cases.push_back({1, 128, 128, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});
@@ -849,7 +849,8 @@ int main(int argc, char **argv) {
         cases.push_back({2, 90, 257, 2, 2, 128, 0, BF, 0, 0, 0, 1, 0});
         cases.push_back({1, 33, 1030, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});
         cases.push_back({1, 2000, 200, 2, 2, 128, 0, BF, 0, 0, 0, 0, 0});
-        // Masks that keep every tile: the 80-row kernel, chosen on the device by the lists kernel.
+        // Masks that keep every tile: version 10 (the 80-row kernel takes unmasked calls only),
+        // and the same forced through the r64 variant.
         cases.push_back({1, 300, 500, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
         cases.push_back({2, 170, 257, 2, 2, 128, 0, FP, 1, 1.0, 0, 1, 0});
         // Long sequences (Tn = 1024 selection rows; Tm = 2048 row tiles), synthetic forward.

@@ -197,8 +197,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
 
         mbarrier_wait(bars + ws_bars::KVFULL, (uint32_t)kc & 1u);
 
-        // S^T = K Q^T of entry `it` (64 keys x 80 queries); as version 10, issued for entry it+1
-        // right behind entry it's dQ^T, and past the last entry on the NEVER barrier.
+        // acc (this warpgroup's 64 keys x 80 queries) = [K or V panel rows] [Q or dO tile]^T,
+        // both K-major over the head dim; the caller commits.
+        auto products_kmajor = [&](float (&acc)[NQ * 4], uint32_t s_kv, uint32_t s_rows_tile) {
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS_D; ++kk) {
+                const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                const uint32_t qoff = (kk / 4) * L::QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                bl_wgmma_ss_n80<T, 0>(
+                    acc, bl_wgmma_desc(s_kv + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(s_rows_tile + qoff, 16, BL_WGMMA_GROUP_BYTES));
+            }
+        };
+        // S^T = K Q^T of entry `it`; as version 10, issued for entry it+1 right behind entry it's
+        // dQ^T, and past the last entry on the NEVER barrier.
         float s[NQ * 4], ds[NQ * 4];
         auto issue_s = [&](int it) {
             const int gq = g0 + it;
@@ -210,14 +222,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             mbarrier_wait(bars + (real ? ws_bars::FULL + 8 * (gq & 1) : ws_bars::NEVER),
                           real ? (uint32_t)(gq >> 1) & 1u : 1u);
             bl_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS_D; ++kk) {
-                const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                const uint32_t qoff = (kk / 4) * L::QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                bl_wgmma_ss_n80<T, 0>(
-                    s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
-            }
+            products_kmajor(s, s0 + L::K, sQ);
             bl_wgmma_commit();
         };
         issue_s(0);
@@ -238,14 +243,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
             bl_reg_fence(ds);
             bl_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS_D; ++kk) {
-                const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                const uint32_t qoff = (kk / 4) * L::QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                bl_wgmma_ss_n80<T, 0>(
-                    ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
-            }
+            products_kmajor(ds, s0 + L::V, sdO);
             bl_wgmma_commit();
             if (it > 0) {
                 // entry it-1's dQ^T, staged at the end of the last iteration, to the reducer
