@@ -16,10 +16,11 @@
 //                                  accumulator: TMA reduce-adds, or atomics without TMA)
 // Main kernels: wgmma, with a producer warpgroup that issues the TMA row-tile loads and the dQ
 // reduce-adds: head dim 128 bwd_ws128_sm90.cuh, head dim 64 bwd_ws64_sm90.cuh (the same steps on
-// two list entries at a time). Where tensor maps cannot describe Q, dO and the dq accumulator,
-// both run with cp.async row tiles from every thread and fp32 atomics (bwd_wgmma_sm90.cuh
-// version 4, bwd_wgmma64p_sm90.cuh). The earlier mma.sync kernel (dev/cuda/bwd_mma_sm90.cuh)
-// is kept for the dev checker.
+// two list entries at a time); dense head-dim-128 calls without a causal mask take 80 query rows
+// per entry (bwd_ws128r80_sm90.cuh, version 11). Where tensor maps cannot describe Q, dO and
+// the dq accumulator, both run with cp.async row tiles from every thread and fp32 atomics
+// (bwd_wgmma_sm90.cuh version 4, bwd_wgmma64p_sm90.cuh). The earlier mma.sync kernel
+// (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
 #include <math.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -122,7 +123,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     return BL_OK;
 }
 
-// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid; p.tm_q / p.tm_do with 80-row boxes.
+// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set).
 template <typename T>
 bl_status launch_rows80(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
     const size_t smem = r80_smem::BYTES;

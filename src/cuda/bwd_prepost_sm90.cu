@@ -162,9 +162,9 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     }
 }
 
-// dq: (B, Sq, Hq, D) in T with strides; dq_accum (the BL_DQ_ROWS layouts): (B, Sq, Hq, D) fp32 contiguous, with the
-// columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where cols_permuted (what the
-// kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
+// dq: (B, Sq, Hq, D) in T with strides; dq_accum (the BL_DQ_ROWS layouts): (B, Sq, Hq, D) fp32
+// contiguous, with the columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where
+// cols_permuted (what the kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
