@@ -22,7 +22,7 @@
 // head dim 64. `dense128`: the bench's head-dim-128 shapes (16k x 16, 32k x 24), dense only.
 // `densenc`: dense non-causal head dim 128 at 8k, 16k, 32k (the 80-row kernel); `r80ab`: the
 // same shapes, the 80-row kernel against the 64-row one (BL_BWD_VARIANT_WS128_ROWS64), three
-// alternating rounds in one process.
+// alternating rounds in one process; `r80ab causal`: the same at 16k x 16 and 32k x 24, causal.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,9 +396,9 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
     // The persistent head-dim-128 kernel on 3 CTAs: each walks several columns.
     if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WS128_FEW_CTAS);
-    // Non-causal head-dim-128 calls that keep every tile: the 64-row kernel too (the shipped one
-    // takes 80 rows).
-    if (c.D == 128 && !c.causal && (c.mode == 0 || (c.mode == 1 && c.keep >= 1.0)))
+    // Head-dim-128 calls that keep every tile: the 64-row kernel too (the shipped one takes 80
+    // rows where nothing is masked).
+    if (c.D == 128 && (c.mode == 0 || (c.mode == 1 && c.keep >= 1.0)))
         variants.push_back(BL_BWD_VARIANT_WS128_ROWS64);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
@@ -729,7 +729,8 @@ int main(int argc, char **argv) {
         bench_shape(1, 32768, 24, 128, 0);
         return 0;
     }
-    if (!strcmp(what, "r80ab")) {  // dense non-causal head dim 128: 80-row kernel vs 64-row one
+    if (!strcmp(what, "r80ab")) {  // dense head dim 128: 80-row kernel vs 64-row one
+        const int causal = argc > 2 && !strcmp(argv[2], "causal");
         g_full_sweep = 0;
         const int vids[2] = {BL_BWD_VARIANT_WGMMA, BL_BWD_VARIANT_WS128_ROWS64};
         for (int round = 0; round < 3; ++round)
@@ -737,9 +738,9 @@ int main(int argc, char **argv) {
                 const int v = vids[(x + round) % 2];  // alternate which goes first
                 bl_bwd_set_variant(v);
                 g_vname = variant_name(v);
-                bench_shape(1, 8192, 16, 128, 0);
-                bench_shape(1, 16384, 16, 128, 0);
-                bench_shape(1, 32768, 24, 128, 0);
+                if (!causal) bench_shape(1, 8192, 16, 128, 0);
+                bench_shape(1, 16384, 16, 128, causal);
+                bench_shape(1, 32768, 24, 128, causal);
             }
         return 0;
     }
@@ -826,6 +827,7 @@ int main(int argc, char **argv) {
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});  // 80-row kernel
+        cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // the same, masked: version 10
     } else {
         //            B  Sq   Sk   Hq Hk D   causal dt mode keep negl padded nan
@@ -849,6 +851,16 @@ int main(int argc, char **argv) {
         cases.push_back({2, 90, 257, 2, 2, 128, 0, BF, 0, 0, 0, 1, 0});
         cases.push_back({1, 33, 1030, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});
         cases.push_back({1, 2000, 200, 2, 2, 128, 0, BF, 0, 0, 0, 0, 0});
+        // Dense causal head dim 128 (the 80-row kernel with the diagonal): Sq < Sk with MQA, many
+        // row tiles, strided, Sq > Sk with rows that see no key, Sq < 80. (No NaN row: every
+        // kernel, as a dense MMA would, spreads a NaN q row into the dK rows of the keys it
+        // cannot see in the tiles it shares with them, 0 x NaN in dS^T Q, which this reference,
+        // skipping masked pairs, does not.)
+        cases.push_back({1, 333, 1000, 4, 1, 128, 1, FP, 0, 0, 0, 0, 0});
+        cases.push_back({1, 1000, 1000, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});
+        cases.push_back({2, 250, 250, 2, 2, 128, 1, BF, 0, 0, 0, 1, 0});
+        cases.push_back({1, 1500, 300, 2, 1, 128, 1, FP, 0, 0, 0, 0, 0});
+        cases.push_back({1, 50, 700, 2, 2, 128, 1, BF, 0, 0, 0, 0, 0});
         // Masks that keep every tile: version 10 (the 80-row kernel takes unmasked calls only),
         // and the same forced through the r64 variant.
         cases.push_back({1, 300, 500, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});

@@ -16,8 +16,8 @@
 //                                  accumulator: TMA reduce-adds, or atomics without TMA)
 // Main kernels: wgmma, with a producer warpgroup that issues the TMA row-tile loads and the dQ
 // reduce-adds: head dim 128 bwd_ws128_sm90.cuh, head dim 64 bwd_ws64_sm90.cuh (the same steps on
-// two list entries at a time); dense head-dim-128 calls without a causal mask take 80 query rows
-// per entry (bwd_ws128r80_sm90.cuh, version 11). Where tensor maps cannot describe Q, dO and
+// two list entries at a time); dense head-dim-128 calls take 80 query rows per entry
+// (bwd_ws128r80_sm90.cuh, version 11). Where tensor maps cannot describe Q, dO and
 // the dq accumulator, both run with cp.async row tiles from every thread and fp32 atomics
 // (bwd_wgmma_sm90.cuh version 4, bwd_wgmma64p_sm90.cuh). The earlier mma.sync kernel
 // (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
@@ -37,7 +37,7 @@
 #include "bwd_wgmma_sm90.cuh"
 // Head dim 128 with TMA: version 10: version 6 with a producer warpgroup, the next S^T behind dQ, persistent.
 #include "bwd_ws128_sm90.cuh"
-// Head dim 128, dense calls without a causal mask: version 11, version 10 on 80-row entries.
+// Head dim 128, dense calls: version 11, version 10 on 80-row entries.
 #include "bwd_ws128r80_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
 // and with TMA version 5, the same with a producer warpgroup.
@@ -127,13 +127,14 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
 template <typename T>
 bl_status launch_rows80(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
     const size_t smem = r80_smem::BYTES;
-    BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128r80_kernel<T>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    auto kernel = p.causal ? bwd_ws128r80_kernel<T, true> : bwd_ws128r80_kernel<T, false>;
+    BL_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
     const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
     const int64_t grid = num_cols < ctas ? num_cols : ctas;
-    bwd_ws128r80_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
+    kernel<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
     BL_CUDA_CHECK_LAUNCH("bwd_ws128r80_kernel");
     return BL_OK;
 }
@@ -250,10 +251,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
-    // Dense head-dim-128 calls without a causal mask run version 11 on 80-row entries, with Q /
-    // dO maps of 80-row boxes and its own dq accumulator layout.
+    // Dense head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row
+    // boxes and its own dq accumulator layout.
     const bool rows80 =
-        d->head_dim == 128 && tiles == NULL && !d->causal && tma_kv &&
+        d->head_dim == 128 && tiles == NULL && tma_kv &&
         (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS) &&
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);

@@ -14,8 +14,8 @@
 // Tile shape of the backward (DESIGN §1): BL_TILE_M query rows x BL_TILE_N keys.
 #define BL_BWD_TM BL_TILE_M
 #define BL_BWD_TN BL_TILE_N
-// Query rows per entry of the head-dim-128 kernel for dense calls without a causal mask
-// (bwd_ws128r80_sm90.cuh): FlashAttention-3's tile for them; the 64-row tile stays the
+// Query rows per entry of the head-dim-128 kernel for dense calls (bwd_ws128r80_sm90.cuh):
+// FlashAttention-3's tile for those without a causal mask; the 64-row tile stays the
 // statistics' and the lists' granularity everywhere else.
 #define BL_BWD_TM_DENSE 80
 
@@ -95,7 +95,7 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //     warp issues its own dQ reduce-adds) instead of version 10 (bwd_ws128_sm90.cuh).
 //   WS128_FEW_CTAS: the shipped head-dim-128 kernels (persistent) on at most 3 CTAs instead of
 //     one per SM, so that small checks make each CTA walk several columns.
-//   WS128_ROWS64: dense head-dim-128 calls without a causal mask on the 64-row kernel (version
+//   WS128_ROWS64: dense head-dim-128 calls on the 64-row kernel (version
 //     10) instead of the 80-row one (version 11, bwd_ws128r80_sm90.cuh).
 enum {
     BL_BWD_VARIANT_WGMMA = 0,

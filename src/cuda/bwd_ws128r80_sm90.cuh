@@ -1,5 +1,5 @@
-// bwd_ws128r80_sm90.cuh -- backward main kernel version 11, head dim 128, for dense calls
-// without a causal mask: version 10 (bwd_ws128_sm90.cuh: producer warpgroup, persistent CTAs,
+// bwd_ws128r80_sm90.cuh -- backward main kernel version 11, head dim 128, for dense calls (with
+// or without a causal mask): version 10 (bwd_ws128_sm90.cuh: producer warpgroup, persistent CTAs,
 // the next S^T behind dQ, dK / dV by TMA stores) on entries of 80 query rows instead of 64.
 //
 // Why: at 16k and 32k the non-causal dense backward ran at 0.96x cuDNN while our causal calls ran
@@ -8,11 +8,15 @@
 // (bench/notes-bwd.md, twelfth session). FlashAttention-3 takes 80-row entries for exactly these
 // calls: 25 % more rows share that fixed work. Only dense calls can: the 64-row tile is the
 // statistics' and the lists' granularity, so masked or selected calls keep version 10.
+// FlashAttention-3 keeps 64 rows for causal calls; here 80 rows with the diagonal masked
+// element-wise measured 3-6 % faster than version 10 at 16k / 32k (bench/notes-bwd.md,
+// fourteenth session).
 //
 // What changes against version 10 (same warp roles, same barriers, same rings):
-//   - the entries of a column are every (q head hl of the group, 80-row tile m), hl major: no
-//     lists, no masks but the key limit of the last key tile (rows past Sq load as zeros and
-//     have lse = +inf, so their P is 0);
+//   - the entries of a column are every (q head hl of the group, 80-row tile m), hl major, from
+//     the first tile a causal mask leaves anything in (r80_first_tile): no lists; no masks but
+//     the key limit of the last key tile (rows past Sq load as zeros and have lse = +inf, so
+//     their P is 0) or the causal diagonal;
 //   - S^T, dP^T are m64n80 products (40 accumulator registers each); dV, dK reduce over 80
 //     queries (5 k16 steps);
 //   - dQ is computed transposed, dQ^T (d x queries) = K^T dS^T: M must be 64 per warpgroup and
@@ -89,8 +93,18 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
     bulk_load(s0 + L::ROWS + (2 + buf) * ROW_BYTES, p.dlt + rows, ROW_BYTES, bar);
 }
 
-// p.dq_accum is in the BL_DQ_TILES80 layout, zeroed.
-template <typename T>
+// The first 80-row tile of key tile n that a causal mask leaves anything in: tile m's last row
+// 80m + 79 sees the keys j <= 80m + 79 + Sk - Sq. (The last tile always does: its last row is
+// Sq - 1, which sees every key.) 0 without a causal mask.
+template <bool CAUSAL>
+__device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) {
+    if (!CAUSAL) return 0;
+    const int64_t need = n * BN - (dm.seqlen_k - dm.seqlen_q) - (BM80 - 1);  // 80 m >= need
+    return need <= 0 ? 0 : (int)((need + BM80 - 1) / BM80);
+}
+
+// p.dq_accum is in the BL_DQ_TILES80 layout, zeroed. CAUSAL: p.causal is set.
+template <typename T, bool CAUSAL>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 128;
     using L = r80_smem;
@@ -109,7 +123,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     const bl_bwd_dims &dm = p.dm;
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const int tiles_m = (int)dm.tiles_m80;
-    const int count = (int)(dm.group * dm.tiles_m80);  // entries of every column
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
 
     if (threadIdx.x == 0) ws_init_bars(bars, 1);  // one dQ staging buffer
@@ -124,7 +137,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
-                int hl = 0, m = 0;  // entry it = hl * tiles_m + m
+                const int m_first = r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = (int)dm.group * (tiles_m - m_first);
+                int hl = 0, m = m_first;  // entry it: q head hl of the group, row tile m
                 for (int it = 0; it < count; ++it, ++gi) {
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
@@ -135,7 +150,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                                           cl.n * BN);
                         ++kc;
                     }
-                    if (++m == tiles_m) m = 0, ++hl;
+                    if (++m == tiles_m) m = m_first, ++hl;
                 }
             }
         } else if (threadIdx.x == 32) {
@@ -144,7 +159,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int k = 0;; ++k) {
                 const ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
-                int hl = 0, m = 0;
+                const int m_first = r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = (int)dm.group * (tiles_m - m_first);
+                int hl = 0, m = m_first;
                 for (int it = 0; it < count; ++it, ++gj) {
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
                     const int64_t h = cl.g * dm.group + hl;
@@ -155,7 +172,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();
                     mbarrier_arrive(bars + ws_bars::DQEMPTY);
-                    if (++m == tiles_m) m = 0, ++hl;
+                    if (++m == tiles_m) m = m_first, ++hl;
                 }
                 for (int x = 0; x < 2; ++x, ++gj) {
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
@@ -181,6 +198,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     for (int k = 0;; ++k) {
         const ws_column cl = ws_take_column(p, bars, col_slots, k);
         if (cl.count < 0) break;
+        const int m_first = r80_first_tile<CAUSAL>(dm, cl.n);
+        const int count = (int)dm.group * (tiles_m - m_first);
         const int64_t key0 = cl.n * BN;
         const int64_t key_room = dm.seqlen_k - key0;
         // This thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist: a select per P
@@ -190,6 +209,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         // bench/results/bwd-s14-rows80.txt, run 11).
         const int key_limit = key_room < BN ? (int)key_room : BN;
         const bool key_ok0 = kw + lg < key_limit, key_ok1 = kw + lg + 8 < key_limit;
+        // CAUSAL: query 80m + ir sees key key0 + jr where jr - ir <= 80m + causal_base.
+        const int causal_base = (int)(dm.seqlen_k - dm.seqlen_q - key0);
 
         float dk_acc[ND * 4], dv_acc[ND * 4];
 #pragma unroll
@@ -229,14 +250,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         bl_wgmma_wait<0>();
         bl_reg_fence(s);
 
+        int m = m_first;  // entry it's row tile
         for (int it = 0; it < count; ++it) {
             const int gi = g0 + it;
             const int buf = gi & 1;
             const uint32_t sQ = s0 + L::Q + buf * L::TILE;
             const uint32_t sdO = s0 + L::DO + buf * L::TILE;
             const uint32_t sDS = s0 + L::DS + buf * L::DS_TILE;
-            const float *lse2 = s_rows + buf * BM80;
-            const float *dlt = s_rows + (2 + buf) * BM80;
+            const float *lse2 = s_rows + buf * BM80 + 2 * lt;  // this thread's queries
+            const float *dlt = lse2 + 2 * BM80;
 
             // ---- dP^T = V dO^T ----
 #pragma unroll
@@ -255,13 +277,42 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_reg_fence(s);
 
             // ---- P^T = exp2(S^T scale log2e - lse log2e); keys past Sk are 0 ----
+            if constexpr (!CAUSAL) {
 #pragma unroll
-            for (int t = 0; t < NQ; ++t) {
-                const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
-                s[4 * t + 0] = key_ok0 ? exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x)) : 0.0f;
-                s[4 * t + 1] = key_ok0 ? exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y)) : 0.0f;
-                s[4 * t + 2] = key_ok1 ? exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x)) : 0.0f;
-                s[4 * t + 3] = key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
+                for (int t = 0; t < NQ; ++t) {
+                    const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
+                    s[4 * t + 0] = key_ok0 ? exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x)) : 0.0f;
+                    s[4 * t + 1] = key_ok0 ? exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y)) : 0.0f;
+                    s[4 * t + 2] = key_ok1 ? exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x)) : 0.0f;
+                    s[4 * t + 3] = key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
+                }
+            } else {
+                // Key j of query i is kept where j <= i + Sk - Sq; that also drops keys past Sk
+                // for every real row (i + Sk - Sq <= Sk - 1), and rows past Sq have lse = +inf.
+                // Only entries that cross the diagonal pay for the compares.
+                // Query 80m + ir sees key key0 + jr where jr - ir <= room (room >= -79: m >=
+                // m_first). With jr = kw + lg + 8h and ir = 8t + 2lt + c, the element is dropped
+                // where 8t - 8h + c < cut: one compare against a constant per element. 32-bit,
+                // as the key limit (a 64-bit value here is a spill).
+                const int room = m * BM80 + causal_base;
+                const int cut = kw + lg - 2 * lt - room;
+#pragma unroll
+                for (int t = 0; t < NQ; ++t) {
+                    const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
+                    s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
+                    s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
+                    s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
+                    s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
+                }
+                // Only entries that cross the diagonal pay for the compares (room < 127; past it
+                // cut <= -8 and nothing is dropped).
+                {
+#pragma unroll
+                    for (int t = 0; t < NQ; ++t)
+#pragma unroll
+                        for (int x = 0; x < 4; ++x)
+                            if (8 * t - 8 * (x >> 1) + (x & 1) < cut) s[4 * t + x] = 0.0f;
+                }
             }
 
             // ---- dV += P^T dO, issued before dP^T is waited for (issued after dS, with dK, the
@@ -278,7 +329,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_reg_fence(ds);
 
             // ---- dS^T = P^T * (dP^T - Dlt) ----
-            ds_from_dp_smem<NQ>(ds, s, dlt, lt);
+            ds_from_dp_smem<NQ>(ds, s, dlt, 0);
             uint32_t dsa[KSTEPS_Q][4];
             pack_a_fragments<T>(dsa, ds);
 
@@ -329,6 +380,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int t = 0; t < NQ; ++t)
                 stage[r80_dq_offset(warp, t, lane) / 4] =
                     make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
+            if (++m == tiles_m) m = m_first;
         }
         // the last entry's staged dQ^T
         bl_fence_proxy_async();
