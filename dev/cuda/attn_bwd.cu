@@ -350,6 +350,7 @@ static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_WGMMA64_V4) return "wg64v4";
     if (variant == BL_BWD_VARIANT_WS128_FEW_CTAS) return "ws3cta";
     if (variant == BL_BWD_VARIANT_WS128_ROWS64) return "r64";
+    if (variant == BL_BWD_VARIANT_WS128_ROWS80) return "r80m3";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -400,6 +401,9 @@ static int run_case(const Case &c) {
     // rows where nothing is masked).
     if (c.D == 128 && (c.mode == 0 || (c.mode == 1 && c.keep >= 1.0)))
         variants.push_back(BL_BWD_VARIANT_WS128_ROWS64);
+    // Masked and selected head-dim-128 calls: the 80-row kernel on their lists whatever the
+    // device would pick (the shipped choice takes it for full masks only here), on 3 CTAs.
+    if (c.D == 128 && c.mode != 0) variants.push_back(BL_BWD_VARIANT_WS128_ROWS80);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -453,13 +457,24 @@ static int run_case(const Case &c) {
     const double tol = c.dt == BL_DTYPE_BF16 ? 2e-2 : 4e-3;
     int ok = eq.rel < tol && ek.rel < tol && ev.rel < tol && !eq.bad_nan && !ek.bad_nan &&
              !ev.bad_nan && sel_diff == 0;
+    // The kernel the device picked for a masked head-dim-128 call under the shipped choice
+    // (the entry totals the lists kernel left in the workspace).
+    const char *pick = "";
+    if (c.D == 128 && c.mode != 0 &&
+        (variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_FEW_CTAS)) {
+        bl_bwd_workspace w;
+        bl_bwd_workspace_layout(bl_bwd_make_dims(&desc), ws, &w);
+        unsigned long long tot[2];
+        CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
+        pick = bl_bwd_rows80_chosen(tot) ? " [80 rows]" : " [64 rows]";
+    }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
-           "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s\n",
+           "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s%s\n",
            variant_name(variant), c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
            c.causal ? "causal" : "full  ", c.mode == 0 ? "dense" : c.mode == 1 ? "mask" : "select",
            c.padded ? " strided" : "", c.nan_row ? " nan" : c.synthetic ? " long" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
-           ok ? "PASS" : "FAIL");
+           ok ? "PASS" : "FAIL", pick);
     cudaFree(ws); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_do);
     cudaFree(d_dq); cudaFree(d_dk); cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_W);
     cudaFree(d_mask);
@@ -744,6 +759,11 @@ int main(int argc, char **argv) {
             }
         return 0;
     }
+    if (!strcmp(what, "onemask")) {  // 8k x 16 x 128: dense, then a random mask keeping argv[2]
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 1.0;   // (for ncu's per-kernel times)
+        bench_shape(1, 8192, 16, 128, argc > 3 && !strcmp(argv[3], "causal"));
+        return 0;
+    }
     if (!strcmp(what, "one") || !strcmp(what, "one64")) {  // short dense runs, for ncu
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         g_full_sweep = 0;
@@ -828,7 +848,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});  // 80-row kernel
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
-        cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // the same, masked: version 10
+        cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
+        cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
     } else {
         //            B  Sq   Sk   Hq Hk D   causal dt mode keep negl padded nan
         cases.push_back({1, 128, 128, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});
@@ -861,10 +882,12 @@ int main(int argc, char **argv) {
         cases.push_back({2, 250, 250, 2, 2, 128, 1, BF, 0, 0, 0, 1, 0});
         cases.push_back({1, 1500, 300, 2, 1, 128, 1, FP, 0, 0, 0, 0, 0});
         cases.push_back({1, 50, 700, 2, 2, 128, 1, BF, 0, 0, 0, 0, 0});
-        // Masks that keep every tile: version 10 (the 80-row kernel takes unmasked calls only),
-        // and the same forced through the r64 variant.
+        // Masks that keep every tile: the device picks the 80-row kernel (r64 forces version 10);
+        // causal with a mask that keeps most tiles (80 rows picked); masked causal Sq > Sk.
         cases.push_back({1, 300, 500, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
         cases.push_back({2, 170, 257, 2, 2, 128, 0, FP, 1, 1.0, 0, 1, 0});
+        cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
+        cases.push_back({1, 900, 300, 2, 2, 128, 1, FP, 1, 0.5, 0, 0, 0});
         // Long sequences (Tn = 1024 selection rows; Tm = 2048 row tiles), synthetic forward.
         cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});
         cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});

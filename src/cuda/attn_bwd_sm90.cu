@@ -123,16 +123,20 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     return BL_OK;
 }
 
-// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set).
+// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set); lists:
+// a masked call's (p.lists80).
 template <typename T>
-bl_status launch_rows80(const bwd_params &p, int64_t num_cols, cudaStream_t stream) {
+bl_status launch_rows80(const bwd_params &p, bool lists, int64_t num_cols, cudaStream_t stream) {
     const size_t smem = r80_smem::BYTES;
-    auto kernel = p.causal ? bwd_ws128r80_kernel<T, true> : bwd_ws128r80_kernel<T, false>;
+    auto kernel = p.causal ? (lists ? bwd_ws128r80_kernel<T, true, true> : bwd_ws128r80_kernel<T, true, false>)
+                           : (lists ? bwd_ws128r80_kernel<T, false, true> : bwd_ws128r80_kernel<T, false, false>);
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
-    const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
+    const bool few = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
+                     g_variant == BL_BWD_VARIANT_WS128_ROWS80;
+    const int64_t ctas = few ? 3 : sms;
     const int64_t grid = num_cols < ctas ? num_cols : ctas;
     kernel<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
     BL_CUDA_CHECK_LAUNCH("bwd_ws128r80_kernel");
@@ -230,6 +234,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.dq_accum = ws.dq_accum;
     p.counts = ws.counts;
     p.lists = ws.lists;
+    p.lists80 = ws.lists80;
+    p.totals = NULL;
     p.schedule = ws.schedule;
     p.sched_rec = ws.sched_rec;
     p.sched_next = ws.sched_next;
@@ -251,21 +257,36 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
-    // Dense head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row
-    // boxes and its own dq accumulator layout.
+    // Head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row boxes and
+    // its own dq accumulator layout: dense calls always; masked and selected calls where their
+    // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_chosen): only the device
+    // knows the lists, so both kernels are launched and the one not picked returns at once, and
+    // the postprocess reads the same choice (BL_DQ_CHOSEN). Dev variants force either kernel.
     const bool rows80 =
-        d->head_dim == 128 && tiles == NULL && tma_kv &&
-        (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS) &&
+        d->head_dim == 128 && tma_kv &&
+        (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
+         g_variant == BL_BWD_VARIANT_WS128_ROWS80) &&
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
-    bl_dq_layout layout = rows80 ? BL_DQ_TILES80 : BL_DQ_ROWS;
+    const bool masked = tiles != NULL;
+    const bool choose = rows80 && masked && g_variant != BL_BWD_VARIANT_WS128_ROWS80;
+    bl_dq_layout layout = !rows80 ? BL_DQ_ROWS : choose ? BL_DQ_CHOSEN : BL_DQ_TILES80;
     BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
-    BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, &ws, stream));
+    BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, rows80 && masked, &ws, stream));
 
     if (rows80) {
-        BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, num_cols, stream)
-                    : launch_rows80<__half>(p, num_cols, stream));
-    } else {
+        if (choose) p.totals = ws.totals;
+        BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, masked, num_cols, stream)
+                    : launch_rows80<__half>(p, masked, num_cols, stream));
+    }
+    if (choose) {
+        bool perm = false;
+        const bl_status st =
+            bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm)
+                 : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm);
+        if (st != BL_OK) return st;
+        if (!perm) return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: 64-row kernel without TMA");
+    } else if (!rows80) {
         bl_status st;
         bool perm = false;
         if (d->head_dim == 64)

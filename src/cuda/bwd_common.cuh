@@ -39,10 +39,26 @@ struct bl_bwd_workspace {
     uint8_t *mask;    // (B, Hq, Tm, Tn): the selection's mask when selecting from W
     int *counts;      // (B, Hk, Tn): kept (q head, row tile) pairs per key tile
     int *lists;       // (B, Hk, Tn, G*Tm): those pairs, encoded hl * Tm + m, in that order
+    // The same at 80-row granularity, for the 80-row kernel on masked calls: the (q head, 80-row
+    // tile) entries that overlap a kept 64-row tile, encoded (hl * Tm80 + m80) << 2 | bits, bit 0:
+    // the 64-row tile of the entry's first row is kept, bit 1: the next one (bl_bwd_r80_entry).
+    int *counts80;    // (B, Hk, Tn)
+    int *lists80;     // (B, Hk, Tn, G*Tm80)
+    // {sum of counts, sum of counts80} over the call's key tiles: which kernel takes a masked
+    // head-dim-128 call, read by both on the device (bl_bwd_rows80_chosen).
+    unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
-    int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, 0, 0}; the last {-1, 0, 0, 0}
+    int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, its count80, 0}; the last {-1, 0, 0, 0}
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
 };
+
+// Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
+// the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
+// A masked call takes the 80-row kernel where its entries cost less in all.
+enum { BL_R80_ENTRY_COST = 75, BL_R64_ENTRY_COST = 64 };
+__host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals) {
+    return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
+}
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 
@@ -52,9 +68,10 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 // select_sm90.cu: the selection kernel, W (B,Hq,Tm,Tn) -> mask (B,Hq,Tm,Tn), on `stream`.
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
-// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule. Tiles with no
-// allowed key under `causal` are left out whatever the mask says.
-bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask,
+// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule; with rows80 also
+// ws->counts80, ws->lists80 and ws->totals (zeroed by the preprocess). Tiles with no allowed key
+// under `causal` are left out whatever the mask says.
+bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // How the main kernel laid out the fp32 dq accumulator.
@@ -62,8 +79,10 @@ enum bl_dq_layout {
     BL_DQ_ROWS = 0,           // (B, Sq, Hq, D), columns in order (atomics)
     BL_DQ_ROWS_PERMUTED = 1,  // (B, Sq, Hq, D), each 8-column group as columns 0 2 4 6 1 3 5 7
                               // (TMA reduce-adds of dq_block_stage's staging, bwd_wgmma_sm90.cuh)
-    BL_DQ_TILES80 = 2         // (B, Hq, Tm80) blocks of 80 x 128 in the order the 80-row kernel
+    BL_DQ_TILES80 = 2,        // (B, Hq, Tm80) blocks of 80 x 128 in the order the 80-row kernel
                               // stages them (bwd_ws128r80_sm90.cuh, r80_dq_offset)
+    BL_DQ_CHOSEN = 3          // ROWS_PERMUTED or TILES80, as the device chose for a masked call
+                              // (bl_bwd_rows80_chosen on ws->totals)
 };
 
 // Floats of the dq accumulator in `layout` (BL_DQ_TILES80 covers the padded last row tile).
@@ -95,8 +114,10 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //     warp issues its own dQ reduce-adds) instead of version 10 (bwd_ws128_sm90.cuh).
 //   WS128_FEW_CTAS: the shipped head-dim-128 kernels (persistent) on at most 3 CTAs instead of
 //     one per SM, so that small checks make each CTA walk several columns.
-//   WS128_ROWS64: dense head-dim-128 calls on the 64-row kernel (version
-//     10) instead of the 80-row one (version 11, bwd_ws128r80_sm90.cuh).
+//   WS128_ROWS64: head-dim-128 calls on the 64-row kernel (version 10) only, never the 80-row
+//     one (version 11, bwd_ws128r80_sm90.cuh).
+//   WS128_ROWS80: masked and selected head-dim-128 calls on the 80-row kernel whatever their
+//     lists (the shipped choice, bl_bwd_rows80_chosen, is the device's), on at most 3 CTAs.
 enum {
     BL_BWD_VARIANT_WGMMA = 0,
     BL_BWD_VARIANT_MMA = 1,
@@ -106,6 +127,7 @@ enum {
     BL_BWD_VARIANT_WGMMA128_V6 = 5,
     BL_BWD_VARIANT_WGMMA64_V4 = 6,
     BL_BWD_VARIANT_WS128_FEW_CTAS = 7,
-    BL_BWD_VARIANT_WS128_ROWS64 = 8
+    BL_BWD_VARIANT_WS128_ROWS64 = 8,
+    BL_BWD_VARIANT_WS128_ROWS80 = 9
 };
 void bl_bwd_set_variant(int variant);

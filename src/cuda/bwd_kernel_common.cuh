@@ -39,11 +39,15 @@ struct bwd_params {
     const float *dlt;       // (B, Hq, Sq_pad)
     float *dq_accum;        // (B, Sq, Hq, D) fp32 (8-column groups permuted by dq_block_stage)
     const int *counts, *lists, *schedule;
+    const int *lists80;  // the 80-row entries of masked calls (bl_bwd_workspace::lists80)
     const int4 *sched_rec;  // the schedule as 16-byte records, for the persistent kernel's TMA
     int *sched_next;        // its work counter
     bl_bwd_dims dm;
     float scale;       // softmax scale (dK's factor)
     float scale_log2;  // scale * log2(e): S -> base-2 exponent
+    // Masked head-dim-128 calls launch both the 64- and the 80-row kernel; each returns at once
+    // unless bl_bwd_rows80_chosen(totals) picks it. NULL: the launched kernel runs.
+    const unsigned long long *totals;
     int causal;
 };
 

@@ -56,6 +56,10 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_mask = ws_take(&off, tiles);
     size_t o_counts = ws_take(&off, cols * sizeof(int));
     size_t o_lists = ws_take(&off, tiles * sizeof(int));  // G*Tm per key tile = Hq*Tm*Tn in all
+    const size_t tiles80 = (size_t)(dm.batch * dm.heads_q * dm.tiles_m80 * dm.tiles_n);
+    size_t o_counts80 = ws_take(&off, cols * sizeof(int));
+    size_t o_lists80 = ws_take(&off, tiles80 * sizeof(int));
+    size_t o_totals = ws_take(&off, 2 * sizeof(unsigned long long));
     size_t o_sched = ws_take(&off, cols * sizeof(int));
     size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
     size_t o_next = ws_take(&off, sizeof(int));
@@ -67,6 +71,9 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->mask = (uint8_t *)(p + o_mask);
         ws->counts = (int *)(p + o_counts);
         ws->lists = (int *)(p + o_lists);
+        ws->counts80 = (int *)(p + o_counts80);
+        ws->lists80 = (int *)(p + o_lists80);
+        ws->totals = (unsigned long long *)(p + o_totals);
         ws->schedule = (int *)(p + o_sched);
         ws->sched_rec = (int4 *)(p + o_rec);
         ws->sched_next = (int *)(p + o_next);
@@ -122,7 +129,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          int64_t do_sb, int64_t do_ss, int64_t do_sh,
                          const float *__restrict__ lse, float *__restrict__ dlt,
                          float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                         int64_t zero_rows) {
+                         int64_t zero_rows, unsigned long long *__restrict__ totals) {
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -130,6 +137,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
     // No early return: the whole warp takes part in the shuffles below.
     const bool live = row < rows;
+    if (totals && tid < 2) totals[tid] = 0;  // summed by the lists kernel
     const int64_t h = row % dm.heads_q;
     const int64_t i = (row / dm.heads_q) % dm.seqlen_q_pad;
     const int64_t b = row / (dm.heads_q * dm.seqlen_q_pad);
@@ -165,14 +173,15 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
 // dq: (B, Sq, Hq, D) in T with strides; dq_accum (the BL_DQ_ROWS layouts): (B, Sq, Hq, D) fp32
 // contiguous, with the columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where
 // cols_permuted (what the kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
+// One CTA's part, blk, of the grid of PP_THREADS-thread CTAs over every row.
 template <typename T, int D>
-__global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
-                          bool cols_permuted, uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
-                          int64_t sh) {
+__device__ __forceinline__ void postprocess_rows(const bl_bwd_dims &dm, float scale,
+                                                 const float *__restrict__ dq_accum,
+                                                 bool cols_permuted, uint16_t *__restrict__ dq,
+                                                 int64_t sb, int64_t ss, int64_t sh, int64_t blk) {
     static_assert(PP_VEC == 8, "one thread converts one 8-column group");
     constexpr int TPR = D / PP_VEC;
-    const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
+    const int64_t tid = blk * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
     const int part = (int)(tid % TPR);
     if (row >= dm.batch * dm.seqlen_q * dm.heads_q) return;
@@ -191,6 +200,13 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
     for (int e = 0; e < PP_VEC; ++e) o.h[e] = float_to_bits<T>(v[e] * scale);
     *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + part * PP_VEC) = o.u;
 }
+template <typename T, int D>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                          bool cols_permuted, uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
+                          int64_t sh) {
+    postprocess_rows<T, D>(dm, scale, dq_accum, cols_permuted, dq, sb, ss, sh, blockIdx.x);
+}
 
 // The BL_DQ_TILES80 layout: one CTA per 80 x 128 block (b, h, row tile m), (B, Hq, Tm80) in
 // order. The block is the 8 consumer warps' staging one after the other, 1280 floats each
@@ -201,14 +217,15 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
 constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
 constexpr int PP80_WARP_FLOATS = 16 * PP80_ROWS;  // one staging warp's 16 columns x 80 rows
 constexpr int PP80_WARP_STRIDE = PP80_WARP_FLOATS + 4;
+// CTA blk's block.
 template <typename T>
-__global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_postprocess_r80_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
-                              uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+__device__ __forceinline__ void postprocess_r80(const bl_bwd_dims &dm, float scale,
+                                                const float *__restrict__ dq_accum,
+                                                uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
+                                                int64_t sh, int64_t blk) {
     constexpr int WARPS = PP80_D / 16;
     constexpr int WARP_VEC = PP80_WARP_FLOATS / 4;
     __shared__ __align__(16) float tile[WARPS * PP80_WARP_STRIDE];
-    const int64_t blk = blockIdx.x;
     const int64_t m = blk % dm.tiles_m80, h = (blk / dm.tiles_m80) % dm.heads_q,
                   b = blk / (dm.tiles_m80 * dm.heads_q);
     const float4 *src = reinterpret_cast<const float4 *>(dq_accum + blk * PP80_ROWS * PP80_D);
@@ -229,6 +246,29 @@ bl_bwd_postprocess_r80_kernel(bl_bwd_dims dm, float scale, const float *__restri
         *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + c * PP_VEC) = o.u;
     }
 }
+template <typename T>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_postprocess_r80_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                              uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+    postprocess_r80<T>(dm, scale, dq_accum, dq, sb, ss, sh, blockIdx.x);
+}
+
+// BL_DQ_CHOSEN: the layout of the kernel the device picked (bl_bwd_rows80_chosen), on a grid
+// large enough for either (one launch: a second, empty one cost ~4 us per call,
+// bench/results/bwd-s14-rows80.txt run 7).
+template <typename T>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                                 const unsigned long long *__restrict__ totals,
+                                 int64_t rows_blocks, int64_t r80_blocks,
+                                 uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+    const int64_t blk = blockIdx.x;
+    if (bl_bwd_rows80_chosen(totals)) {
+        if (blk < r80_blocks) postprocess_r80<T>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
+    } else if (blk < rows_blocks) {
+        postprocess_rows<T, PP80_D>(dm, scale, dq_accum, true, dq, sb, ss, sh, blk);
+    }
+}
 
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
@@ -240,7 +280,9 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
         dm, (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
         (const uint16_t *)dout.data, dout.stride_b, dout.stride_s, dout.stride_h, lse, ws->dlt,
         ws->lse_log2, ws->dq_accum,
-        layout == BL_DQ_TILES80 ? dm.tiles_m80 * BL_BWD_TM_DENSE : dm.seqlen_q);
+        layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN ? dm.tiles_m80 * BL_BWD_TM_DENSE
+                                                           : dm.seqlen_q,
+        layout == BL_DQ_ROWS ? NULL : ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_preprocess_kernel");
     return BL_OK;
 }
@@ -248,18 +290,26 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
 template <typename T, int D>
 static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_layout layout,
                                    bl_tensor dq, const bl_bwd_workspace *ws, cudaStream_t stream) {
-    if (layout == BL_DQ_TILES80) {
+    const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
+    const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
+    const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
+    if (layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN) {
         if (D != PP80_D)
             return bl_set_error(BL_ERR_INTERNAL, "dq accumulator in 80-row tiles at head dim %d", D);
-        const int64_t blocks = dm.batch * dm.heads_q * dm.tiles_m80;
-        bl_bwd_postprocess_r80_kernel<T><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
+        if (layout == BL_DQ_CHOSEN) {
+            const int64_t grid = blocks > r80_blocks ? blocks : r80_blocks;
+            bl_bwd_postprocess_chosen_kernel<T><<<(unsigned)grid, PP_THREADS, 0, stream>>>(
+                dm, scale, ws->dq_accum, ws->totals, blocks, r80_blocks, (uint16_t *)dq.data,
+                dq.stride_b, dq.stride_s, dq.stride_h);
+            BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_chosen_kernel");
+            return BL_OK;
+        }
+        bl_bwd_postprocess_r80_kernel<T><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_r80_kernel");
         return BL_OK;
     }
     const bool cols_permuted = layout == BL_DQ_ROWS_PERMUTED;
-    const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
-    const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     bl_bwd_postprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
         dm, scale, ws->dq_accum, cols_permuted, (uint16_t *)dq.data, dq.stride_b, dq.stride_s,
         dq.stride_h);

@@ -98,13 +98,14 @@ struct ws_column {
     int64_t b, g, n;
     int count;        // list entries; -1: past the schedule's end
     const int *list;  // entries hl * tiles_m + m (query head hl of the group, row tile m)
+    int count80;      // the 80-row kernel's list entries (p.lists80), on masked calls
 };
 __device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const bl_bwd_dims &dm = p.dm;
     const int64_t col = rec.x < 0 ? 0 : rec.x;
     return ws_column{col / (dm.tiles_n * dm.heads_k), (col / dm.tiles_n) % dm.heads_k,
                      col % dm.tiles_n, rec.x < 0 ? -1 : rec.y,
-                     p.lists + col * (dm.group * dm.tiles_m)};
+                     p.lists + col * (dm.group * dm.tiles_m), rec.z};
 }
 // The CTA's k-th column, from record slot k & 1, by a consumer thread or the reducer.
 __device__ __forceinline__ ws_column ws_take_column(const bwd_params &p, uint32_t bars,
@@ -218,6 +219,9 @@ __device__ __forceinline__ void bl_tl_store(bool on, int row, int it, int i) {
 
 template <typename T>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
+    // A masked call may launch this kernel and the 80-row one (bwd_ws128r80_sm90.cuh); the one
+    // the entry totals do not pick returns before anything else.
+    if (p.totals != nullptr && bl_bwd_rows80_chosen(p.totals)) return;
     constexpr int D = 128;
     using L = wg_smem<D>;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8

@@ -51,7 +51,8 @@ struct r80_smem {
                                                       // while entry it's dQ^T still reads
     static constexpr uint32_t DQS = DS + 2 * DS_TILE;  // dQ^T, then each column's dK and dV
     static constexpr uint32_t ROWS = DQS + DQ_BYTES;  // fp32 lse_log2[2][BM80], dlt[2][BM80]
-    static constexpr uint32_t BARS = ROWS + 4 * BM80 * sizeof(float);
+    static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);  // int [2]: r80_entry_word
+    static constexpr uint32_t BARS = ENTRY + 16;
     static constexpr uint32_t USED = BARS + ws_bars::BYTES;
     static constexpr uint32_t BASE_ALIGN = 1024;
     static constexpr size_t BYTES = USED + BASE_ALIGN;
@@ -72,13 +73,32 @@ __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
     return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
 }
 
+// What the consumers learn of an entry besides its tiles, through shared memory: its row tile
+// m and which of the two 64-row tiles it overlaps are kept (bits 0 / 1; 3 on dense calls).
+__device__ __forceinline__ int r80_entry_word(int m, int bits) { return m << 2 | bits; }
+
+// An entry of p.lists80 -> q head hl of the group, row tile m, bits.
+__device__ __forceinline__ void r80_list_entry(int code, int tiles_m, int &hl, int &m, int &bits) {
+    const int e = code >> 2;
+    hl = e / tiles_m;
+    m = e - hl * tiles_m;
+    bits = code & 3;
+}
+// The column's p.lists80 entries (masked calls).
+__device__ __forceinline__ const int *r80_list(const bwd_params &p, const ws_column &cl) {
+    const bl_bwd_dims &dm = p.dm;
+    return p.lists80 + ((cl.b * dm.heads_k + cl.g) * dm.tiles_n + cl.n) * (dm.group * dm.tiles_m80);
+}
+
 // TMA of the 80-row tile (q head h, rows 80m..) of Q and dO (p.tm_q80 / p.tm_do80) into buffer
-// `buf`, and its lse_log2 / Dlt rows, completing on the buffer's FULL mbarrier.
-__device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s0, int buf,
-                                                 int64_t b, int64_t h, int64_t m) {
+// `buf`, and its lse_log2 / Dlt rows, completing on the buffer's FULL mbarrier; `word`
+// (r80_entry_word) into the buffer's entry slot first (the arrive releases it to the waiters).
+__device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s0, int *entry_slots,
+                                                 int buf, int64_t b, int64_t h, int64_t m, int word) {
     using L = r80_smem;
     constexpr uint32_t ROW_BYTES = BM80 * sizeof(float);
     const uint32_t bar = s0 + L::BARS + ws_bars::FULL + 8 * buf;
+    entry_slots[buf] = word;
     mbarrier_arrive_expect_tx(bar, 2 * L::TILE + 2 * ROW_BYTES);
     const int row0 = (int)(m * BM80);
 #pragma unroll
@@ -103,9 +123,14 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
     return need <= 0 ? 0 : (int)((need + BM80 - 1) / BM80);
 }
 
-// p.dq_accum is in the BL_DQ_TILES80 layout, zeroed. CAUSAL: p.causal is set.
-template <typename T, bool CAUSAL>
+// p.dq_accum is in the BL_DQ_TILES80 layout, zeroed. CAUSAL: p.causal is set. LISTS: a masked
+// call, whose entries are p.lists80's (the rows of an entry's unkept 64-row tile get P = 0);
+// else every entry the causal mask leaves.
+template <typename T, bool CAUSAL, bool LISTS>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
+    // A masked call launches this kernel and version 10; the one the entry totals do not pick
+    // returns before anything else.
+    if (p.totals != nullptr && !bl_bwd_rows80_chosen(p.totals)) return;
     constexpr int D = 128;
     using L = r80_smem;
     constexpr int NQ = BM80 / 8;  // n8 tiles of queries (S^T, dP^T, dQ^T): 10
@@ -119,6 +144,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     const uint32_t s0 = bl_smem_addr(smem_base);
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
+    int *s_entry = reinterpret_cast<int *>(smem_base + L::ENTRY);  // [2]: r80_entry_word
 
     const bl_bwd_dims &dm = p.dm;
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
@@ -137,20 +163,23 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
-                const int m_first = r80_first_tile<CAUSAL>(dm, cl.n);
-                const int count = (int)dm.group * (tiles_m - m_first);
-                int hl = 0, m = m_first;  // entry it: q head hl of the group, row tile m
+                const int m_first = LISTS ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = LISTS ? cl.count80 : (int)dm.group * (tiles_m - m_first);
+                const int *list = r80_list(p, cl);
+                int hl = 0, m = m_first, bits = 3;  // entry it: q head hl of the group, row tile m
                 for (int it = 0; it < count; ++it, ++gi) {
+                    if (LISTS) r80_list_entry(list[it], tiles_m, hl, m, bits);
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
-                    r80_tma_row_tile(p, s0, buf, cl.b, cl.g * dm.group + hl, m);
+                    r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m,
+                                     r80_entry_word(m, bits));
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
                         ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
                                           cl.n * BN);
                         ++kc;
                     }
-                    if (++m == tiles_m) m = m_first, ++hl;
+                    if (!LISTS && ++m == tiles_m) m = m_first, ++hl;
                 }
             }
         } else if (threadIdx.x == 32) {
@@ -159,10 +188,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int k = 0;; ++k) {
                 const ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
-                const int m_first = r80_first_tile<CAUSAL>(dm, cl.n);
-                const int count = (int)dm.group * (tiles_m - m_first);
-                int hl = 0, m = m_first;
+                const int m_first = LISTS ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = LISTS ? cl.count80 : (int)dm.group * (tiles_m - m_first);
+                const int *list = r80_list(p, cl);
+                int hl = 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gj) {
+                    if (LISTS) r80_list_entry(list[it], tiles_m, hl, m, bits);
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
                     const int64_t h = cl.g * dm.group + hl;
                     bulk_reduce_add_f32(p.dq_accum + ((cl.b * dm.heads_q + h) * tiles_m + m) *
@@ -172,7 +203,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();
                     mbarrier_arrive(bars + ws_bars::DQEMPTY);
-                    if (++m == tiles_m) m = m_first, ++hl;
+                    if (!LISTS && ++m == tiles_m) m = m_first, ++hl;
                 }
                 for (int x = 0; x < 2; ++x, ++gj) {
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
@@ -198,8 +229,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     for (int k = 0;; ++k) {
         const ws_column cl = ws_take_column(p, bars, col_slots, k);
         if (cl.count < 0) break;
-        const int m_first = r80_first_tile<CAUSAL>(dm, cl.n);
-        const int count = (int)dm.group * (tiles_m - m_first);
+        const int count =
+            LISTS ? cl.count80 : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(dm, cl.n));
         const int64_t key0 = cl.n * BN;
         const int64_t key_room = dm.seqlen_k - key0;
         // This thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist: a select per P
@@ -250,7 +281,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         bl_wgmma_wait<0>();
         bl_reg_fence(s);
 
-        int m = m_first;  // entry it's row tile
         for (int it = 0; it < count; ++it) {
             const int gi = g0 + it;
             const int buf = gi & 1;
@@ -276,8 +306,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
             bl_reg_fence(s);
 
-            // ---- P^T = exp2(S^T scale log2e - lse log2e); keys past Sk are 0 ----
+            // ---- P^T = exp2(S^T scale log2e - lse log2e), 0 where a mask drops the pair ----
+            const int word = s_entry[buf];  // entry it's r80_entry_word
             if constexpr (!CAUSAL) {
+                // keys past Sk
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) {
                     const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
@@ -289,12 +321,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             } else {
                 // Key j of query i is kept where j <= i + Sk - Sq; that also drops keys past Sk
                 // for every real row (i + Sk - Sq <= Sk - 1), and rows past Sq have lse = +inf.
-                // Only entries that cross the diagonal pay for the compares.
-                // Query 80m + ir sees key key0 + jr where jr - ir <= room (room >= -79: m >=
-                // m_first). With jr = kw + lg + 8h and ir = 8t + 2lt + c, the element is dropped
-                // where 8t - 8h + c < cut: one compare against a constant per element. 32-bit,
-                // as the key limit (a 64-bit value here is a spill).
-                const int room = m * BM80 + causal_base;
+                // Query 80m + ir sees key key0 + jr where jr - ir <= room (room >= -79 on the
+                // entries a causal mask leaves). With jr = kw + lg + 8h and ir = 8t + 2lt + c the
+                // pair is dropped where 8t - 8h + c < cut: one compare against a constant per
+                // element, on every entry (behind a branch on entries that cross the diagonal,
+                // ptxas spilled; past the diagonal cut <= -8 drops nothing). 32-bit, as the key
+                // limit (a 64-bit value here is a spill).
+                const int room = (word >> 2) * BM80 + causal_base;
                 const int cut = kw + lg - 2 * lt - room;
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) {
@@ -304,14 +337,26 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
                     s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
                 }
-                // Only entries that cross the diagonal pay for the compares (room < 127; past it
-                // cut <= -8 and nothing is dropped).
-                {
+#pragma unroll
+                for (int t = 0; t < NQ; ++t)
+#pragma unroll
+                    for (int x = 0; x < 4; ++x)
+                        if (8 * t - 8 * (x >> 1) + (x & 1) < cut) s[4 * t + x] = 0.0f;
+            }
+            if constexpr (LISTS) {
+                // The rows of an unkept 64-row tile, on entries that have one: the entry's rows
+                // 80m.. start 16 (m % 4) rows into 64-row tile a = 80m / 64, so tile a + 1 starts
+                // at row `split`; the kept rows are [lo, hi). Row ir = 8t + 2lt + c: compares
+                // against constants again.
+                if ((word & 3) != 3) {
+                    const int split = BL_BWD_TM - (BM80 - BL_BWD_TM) * ((word >> 2) & 3);
+                    const int lo2 = ((word & 1) ? 0 : split) - 2 * lt;
+                    const int hi2 = ((word & 2) ? BM80 : split) - 2 * lt;
 #pragma unroll
                     for (int t = 0; t < NQ; ++t)
 #pragma unroll
                         for (int x = 0; x < 4; ++x)
-                            if (8 * t - 8 * (x >> 1) + (x & 1) < cut) s[4 * t + x] = 0.0f;
+                            if (8 * t + (x & 1) < lo2 || 8 * t + (x & 1) >= hi2) s[4 * t + x] = 0.0f;
                 }
             }
 
@@ -380,7 +425,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int t = 0; t < NQ; ++t)
                 stage[r80_dq_offset(warp, t, lane) / 4] =
                     make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
-            if (++m == tiles_m) m = m_first;
         }
         // the last entry's staged dQ^T
         bl_fence_proxy_async();

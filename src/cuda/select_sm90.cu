@@ -147,32 +147,27 @@ static __device__ __forceinline__ bool causal_tile_live(int64_t m, int64_t n, in
     return n * BL_BWD_TN <= last_row + sk - sq;
 }
 
-// mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
-// Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
-__global__ void __launch_bounds__(LIST_THREADS)
-bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
-                   int *__restrict__ counts, int *__restrict__ lists) {
-    __shared__ int warp_sums[LIST_WARPS];
-    const int64_t col = blockIdx.x;
-    const int64_t n = col % dm.tiles_n;
-    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
-    const int64_t b = col / (dm.tiles_n * dm.heads_k);
-    const int64_t cap = dm.group * dm.tiles_m;
-    int *list = lists + col * cap;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Whether row tile m of q head h shares an allowed pair with key tile n (causal rule) and the
+// mask keeps it.
+static __device__ __forceinline__ bool tile_kept(const bl_bwd_dims &dm, int causal,
+                                                 const uint8_t *__restrict__ mask, int64_t b,
+                                                 int64_t h, int64_t m, int64_t n) {
+    if (m >= dm.tiles_m) return false;
+    bool keep = !causal || causal_tile_live(m, n, dm.seqlen_q, dm.seqlen_k);
+    if (keep && mask) keep = mask[((b * dm.heads_q + h) * dm.tiles_m + m) * dm.tiles_n + n] != 0;
+    return keep;
+}
 
+// The codes code(e) >= 0 of e = 0..cap-1 into list, in the order of e; returns how many. Every
+// thread of the CTA calls it (ballots and barriers).
+template <typename F>
+static __device__ int compact_list(int64_t cap, F code, int *__restrict__ list, int *warp_sums) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int base = 0;
     for (int64_t e0 = 0; e0 < cap; e0 += LIST_THREADS) {
         const int64_t e = e0 + threadIdx.x;
-        bool keep = false;
-        if (e < cap) {
-            const int64_t hl = e / dm.tiles_m, m = e - hl * dm.tiles_m;
-            const int64_t h = g * dm.group + hl;
-            keep = !causal || causal_tile_live(m, n, dm.seqlen_q, dm.seqlen_k);
-            if (keep && mask)
-                keep = mask[((b * dm.heads_q + h) * dm.tiles_m + m) * dm.tiles_n + n] != 0;
-        }
-        const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+        const int c = e < cap ? code(e) : -1;
+        const unsigned ballot = __ballot_sync(0xffffffffu, c >= 0);
         if (lane == 0) warp_sums[warp] = __popc(ballot);
         __syncthreads();
         int before = 0, total = 0;
@@ -180,11 +175,63 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
             before += (w < warp) ? warp_sums[w] : 0;
             total += warp_sums[w];
         }
-        if (keep) list[base + before + __popc(ballot & ((1u << lane) - 1u))] = (int)e;
+        if (c >= 0) list[base + before + __popc(ballot & ((1u << lane) - 1u))] = c;
         base += total;
         __syncthreads();  // warp_sums is rewritten by the next chunk
     }
-    if (threadIdx.x == 0) counts[col] = base;
+    return base;
+}
+
+// mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
+// Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
+// counts80 / lists80 (B*Hk*Tn, G*Tm80) / totals, unless NULL: the 80-row entries (bwd_common.cuh).
+__global__ void __launch_bounds__(LIST_THREADS)
+bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
+                   int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
+                   int *__restrict__ lists80, unsigned long long *__restrict__ totals) {
+    __shared__ int warp_sums[LIST_WARPS];
+    const int64_t col = blockIdx.x;
+    const int64_t n = col % dm.tiles_n;
+    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
+    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int64_t cap = dm.group * dm.tiles_m;
+    const int c64 = compact_list(
+        cap,
+        [&](int64_t e) {
+            const int64_t hl = e / dm.tiles_m, m = e - hl * dm.tiles_m;
+            return tile_kept(dm, causal, mask, b, g * dm.group + hl, m, n) ? (int)e : -1;
+        },
+        lists + col * cap, warp_sums);
+    int c80 = 0;
+    if (lists80) {
+        const int64_t cap80 = dm.group * dm.tiles_m80;
+        c80 = compact_list(
+            cap80,
+            [&](int64_t e) {
+                // rows 80 m .. 80 m + 79 overlap 64-row tiles a = 80 m / 64 and a + 1
+                const int64_t hl = e / dm.tiles_m80, m = e - hl * dm.tiles_m80;
+                const int64_t a = m * BL_BWD_TM_DENSE / BL_BWD_TM, h = g * dm.group + hl;
+                const int bits = (int)tile_kept(dm, causal, mask, b, h, a, n) |
+                                 (int)tile_kept(dm, causal, mask, b, h, a + 1, n) << 1;
+                return bits ? (int)(e << 2) | bits : -1;
+            },
+            lists80 + col * cap80, warp_sums);
+        // A column with nothing kept gets one entry that keeps no row (bits 0), so that the
+        // 80-row kernel writes its dK = dV = 0 without a branch around its loop (one cost it
+        // spills: bench/notes-bwd.md, fourteenth session).
+        if (c80 == 0) {
+            if (threadIdx.x == 0) lists80[col * cap80] = 0;
+            c80 = 1;
+        }
+    }
+    if (threadIdx.x == 0) {
+        counts[col] = c64;
+        if (lists80) {
+            counts80[col] = c80;
+            atomicAdd(&totals[0], (unsigned long long)c64);
+            atomicAdd(&totals[1], (unsigned long long)c80);
+        }
+    }
 }
 
 // ---- schedules: the order in which the main kernel takes the key tiles ("columns") ----
@@ -266,7 +313,8 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 // threads, and the O(window^2) compares are ~280 k at 4 x 132).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4 };
 __global__ void __launch_bounds__(SCHED_WINDOW_MAX)
-bl_bwd_schedule_window_kernel(const int *__restrict__ counts, int num_cols, int window,
+bl_bwd_schedule_window_kernel(const int *__restrict__ counts, const int *__restrict__ counts80,
+                              int num_cols, int window,
                               int *__restrict__ schedule, int4 *__restrict__ recs,
                               int *__restrict__ next) {
     __shared__ int c[SCHED_WINDOW_MAX];
@@ -280,7 +328,7 @@ bl_bwd_schedule_window_kernel(const int *__restrict__ counts, int num_cols, int 
         int rank = 0;
         for (int j = 0; j < n; ++j) rank += (c[j] > ci) | ((c[j] == ci) & (j < i));
         schedule[w0 + rank] = w0 + i;
-        recs[w0 + rank] = make_int4(w0 + i, ci, 0, 0);
+        recs[w0 + rank] = make_int4(w0 + i, ci, counts80 ? counts80[w0 + i] : 0, 0);
     }
     if (blockIdx.x == 0 && i == 0) {
         recs[num_cols] = make_int4(-1, 0, 0, 0);
@@ -288,7 +336,7 @@ bl_bwd_schedule_window_kernel(const int *__restrict__ counts, int num_cols, int 
     }
 }
 
-bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask,
+bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols > INT32_MAX || dm.group * dm.tiles_m > INT32_MAX)
@@ -296,8 +344,12 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "B*Hk*Tn = %lld key tiles (or G*Tm = %lld row tiles per key tile) "
                             "exceeds the backward's 32-bit work lists",
                             (long long)cols, (long long)(dm.group * dm.tiles_m));
-    bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, 0, stream>>>(dm, causal, mask, ws->counts,
-                                                                    ws->lists);
+    if (rows80 && dm.group * dm.tiles_m80 > (INT32_MAX >> 2))
+        return bl_set_error(BL_ERR_INTERNAL, "G*Tm80 = %lld: too many 80-row entries per key tile",
+                            (long long)(dm.group * dm.tiles_m80));
+    bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, 0, stream>>>(
+        dm, causal, mask, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
+        rows80 ? ws->lists80 : NULL, ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     if (causal && dm.head_dim != 128) {
         bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
@@ -313,7 +365,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
     const int window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
     bl_bwd_schedule_window_kernel<<<(unsigned)((cols + window - 1) / window), window, 0, stream>>>(
-        ws->counts, (int)cols, window, ws->schedule, ws->sched_rec, ws->sched_next);
+        ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, ws->schedule, ws->sched_rec,
+        ws->sched_next);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }

@@ -1,0 +1,22 @@
+"""ncu_kernel_times.py -- per-kernel GPU times from `ncu --metrics gpu__time_duration.sum` text output.
+
+Usage: ncu --metrics gpu__time_duration.sum ./attn_bwd onemask 1.0 > LOG; python3 ncu_kernel_times.py LOG
+Prints, in launch order, each kernel's name (template arguments kept, namespace and parameters
+dropped) and duration in us, so that the stages of one backward call (preprocess, lists,
+schedule, main kernels, postprocess) can be read side by side.
+"""
+import re
+import sys
+
+UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+name = None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\s+(?:void )?(?:\w+::)*(\w+(?:<[^>]*>)?)\(.*\) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
+    if m:
+        name = m.group(1)
+        continue
+    m = re.search(r"gpu__time_duration\.sum\s+(\w+)\s+([\d.,]+)", line)
+    if m and name:
+        us = float(m.group(2).replace(",", "")) * UNITS.get(m.group(1), float("nan"))
+        print(f"{name:52s} {us:10.1f} us")
+        name = None
