@@ -138,8 +138,20 @@ bl_status launch_rows80(const bwd_params &p, bool lists, int64_t num_cols, cudaS
                      g_variant == BL_BWD_VARIANT_WS128_ROWS80;
     const int64_t ctas = few ? 3 : sms;
     const int64_t grid = num_cols < ctas ? num_cols : ctas;
-    kernel<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
-    BL_CUDA_CHECK_LAUNCH("bwd_ws128r80_kernel");
+    // Behind the 64-row kernel on a masked call (p.totals set): a programmatic dependent launch,
+    // so that its launch overlaps that kernel's run where the device picks the 64-row one (the
+    // sparse calls, where microseconds count); the kernel waits for the other to complete.
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(WS_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = p.totals != nullptr ? 1 : 0;
+    BL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
     return BL_OK;
 }
 
@@ -274,19 +286,20 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, rows80 && masked, &ws, stream));
 
-    if (rows80) {
-        if (choose) p.totals = ws.totals;
-        BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, masked, num_cols, stream)
-                    : launch_rows80<__half>(p, masked, num_cols, stream));
-    }
     if (choose) {
+        // The 64-row kernel first: the 80-row one follows as its programmatic dependent.
+        p.totals = ws.totals;
         bool perm = false;
         const bl_status st =
             bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm)
                  : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm);
         if (st != BL_OK) return st;
         if (!perm) return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: 64-row kernel without TMA");
-    } else if (!rows80) {
+    }
+    if (rows80) {
+        BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, masked, num_cols, stream)
+                    : launch_rows80<__half>(p, masked, num_cols, stream));
+    } else {
         bl_status st;
         bool perm = false;
         if (d->head_dim == 64)

@@ -173,23 +173,11 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
 // dq: (B, Sq, Hq, D) in T with strides; dq_accum (the BL_DQ_ROWS layouts): (B, Sq, Hq, D) fp32
 // contiguous, with the columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where
 // cols_permuted (what the kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
-// One CTA's part, blk, of the grid of PP_THREADS-thread CTAs over every row.
-template <typename T, int D>
-__device__ __forceinline__ void postprocess_rows(const bl_bwd_dims &dm, float scale,
-                                                 const float *__restrict__ dq_accum,
-                                                 bool cols_permuted, uint16_t *__restrict__ dq,
-                                                 int64_t sb, int64_t ss, int64_t sh, int64_t blk) {
-    static_assert(PP_VEC == 8, "one thread converts one 8-column group");
-    constexpr int TPR = D / PP_VEC;
-    const int64_t tid = blk * PP_THREADS + threadIdx.x;
-    const int64_t row = tid / TPR;
-    const int part = (int)(tid % TPR);
-    if (row >= dm.batch * dm.seqlen_q * dm.heads_q) return;
-    const int64_t h = row % dm.heads_q;
-    const int64_t i = (row / dm.heads_q) % dm.seqlen_q;
-    const int64_t b = row / (dm.heads_q * dm.seqlen_q);
-    const float4 *acc = reinterpret_cast<const float4 *>(dq_accum + row * D + part * PP_VEC);
-    float4 a0 = acc[0], a1 = acc[1];
+// Eight accumulator columns (a0, a1), in the order 0 2 4 6 1 3 5 7 where cols_permuted, times
+// scale as T into out[0..7].
+template <typename T>
+__device__ __forceinline__ void store_row_part(float4 a0, float4 a1, bool cols_permuted,
+                                               float scale, uint16_t *out) {
     float v[PP_VEC] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
     if (cols_permuted) {
         v[1] = a1.x; v[2] = a0.y; v[3] = a1.y;
@@ -198,14 +186,34 @@ __device__ __forceinline__ void postprocess_rows(const bl_bwd_dims &dm, float sc
     bl_vec16 o;
 #pragma unroll
     for (int e = 0; e < PP_VEC; ++e) o.h[e] = float_to_bits<T>(v[e] * scale);
-    *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + part * PP_VEC) = o.u;
+    *reinterpret_cast<uint4 *>(out) = o.u;
+}
+
+// Columns 8 part.. of row (b, i, h).
+template <typename T, int D>
+__device__ __forceinline__ void postprocess_row_part(const bl_bwd_dims &dm, float scale,
+                                                     const float *__restrict__ dq_accum,
+                                                     bool cols_permuted, uint16_t *__restrict__ dq,
+                                                     int64_t sb, int64_t ss, int64_t sh, int64_t b,
+                                                     int64_t i, int64_t h, int part) {
+    static_assert(PP_VEC == 8, "one thread converts one 8-column group");
+    const int64_t row = (b * dm.seqlen_q + i) * dm.heads_q + h;
+    const float4 *acc = reinterpret_cast<const float4 *>(dq_accum + row * D + part * PP_VEC);
+    store_row_part<T>(acc[0], acc[1], cols_permuted, scale,
+                      dq + b * sb + i * ss + h * sh + part * PP_VEC);
 }
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                           bool cols_permuted, uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
                           int64_t sh) {
-    postprocess_rows<T, D>(dm, scale, dq_accum, cols_permuted, dq, sb, ss, sh, blockIdx.x);
+    constexpr int TPR = D / PP_VEC;
+    const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
+    const int64_t row = tid / TPR;
+    if (row >= dm.batch * dm.seqlen_q * dm.heads_q) return;
+    postprocess_row_part<T, D>(dm, scale, dq_accum, cols_permuted, dq, sb, ss, sh,
+                               row / (dm.heads_q * dm.seqlen_q), (row / dm.heads_q) % dm.seqlen_q,
+                               row % dm.heads_q, (int)(tid % TPR));
 }
 
 // The BL_DQ_TILES80 layout: one CTA per 80 x 128 block (b, h, row tile m), (B, Hq, Tm80) in
@@ -253,20 +261,44 @@ bl_bwd_postprocess_r80_kernel(bl_bwd_dims dm, float scale, const float *__restri
     postprocess_r80<T>(dm, scale, dq_accum, dq, sb, ss, sh, blockIdx.x);
 }
 
-// BL_DQ_CHOSEN: the layout of the kernel the device picked (bl_bwd_rows80_chosen), on a grid
-// large enough for either (one launch: a second, empty one cost ~4 us per call,
-// bench/results/bwd-s14-rows80.txt run 7).
+// BL_DQ_CHOSEN: the layout of the kernel the device picked (bl_bwd_rows80_chosen), one launch
+// (a second, empty one cost ~4 us per call, bench/results/bwd-s14-rows80.txt run 7) on the
+// 80-row blocks' grid: in the other layout each CTA converts the same 80 rows (b, h, 80m..)
+// straight from the (B, Sq, Hq, D) accumulator (a grid over rows would run at the occupancy
+// the 80-row path's shared memory allows).
 template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
-                                 int64_t rows_blocks, int64_t r80_blocks,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     const int64_t blk = blockIdx.x;
     if (bl_bwd_rows80_chosen(totals)) {
-        if (blk < r80_blocks) postprocess_r80<T>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
-    } else if (blk < rows_blocks) {
-        postprocess_rows<T, PP80_D>(dm, scale, dq_accum, true, dq, sb, ss, sh, blk);
+        postprocess_r80<T>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
+        return;
+    }
+    const int64_t m = blk % dm.tiles_m80, h = (blk / dm.tiles_m80) % dm.heads_q,
+                  b = blk / (dm.tiles_m80 * dm.heads_q);
+    constexpr int TPR = PP80_D / PP_VEC;
+    constexpr int ITEMS = PP80_ROWS * TPR / PP_THREADS;  // (row, 8-column part) per thread: 5
+    static_assert(ITEMS * PP_THREADS == PP80_ROWS * TPR, "the block splits evenly");
+    // Every load first, then the conversions: the 80-row path's shared memory caps this grid's
+    // occupancy, so each thread keeps its 5 items' loads in flight together.
+    float4 a[ITEMS][2];
+#pragma unroll
+    for (int x = 0; x < ITEMS; ++x) {
+        const int item = threadIdx.x + x * PP_THREADS;
+        const int64_t i = m * PP80_ROWS + item / TPR;
+        const float4 *acc = reinterpret_cast<const float4 *>(
+            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
+        if (i < dm.seqlen_q) a[x][0] = acc[0], a[x][1] = acc[1];
+    }
+#pragma unroll
+    for (int x = 0; x < ITEMS; ++x) {
+        const int item = threadIdx.x + x * PP_THREADS;
+        const int64_t i = m * PP80_ROWS + item / TPR;
+        if (i < dm.seqlen_q)
+            store_row_part<T>(a[x][0], a[x][1], true, scale,
+                              dq + b * sb + i * ss + h * sh + (item % TPR) * PP_VEC);
     }
 }
 
@@ -297,10 +329,9 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         if (D != PP80_D)
             return bl_set_error(BL_ERR_INTERNAL, "dq accumulator in 80-row tiles at head dim %d", D);
         if (layout == BL_DQ_CHOSEN) {
-            const int64_t grid = blocks > r80_blocks ? blocks : r80_blocks;
-            bl_bwd_postprocess_chosen_kernel<T><<<(unsigned)grid, PP_THREADS, 0, stream>>>(
-                dm, scale, ws->dq_accum, ws->totals, blocks, r80_blocks, (uint16_t *)dq.data,
-                dq.stride_b, dq.stride_s, dq.stride_h);
+            bl_bwd_postprocess_chosen_kernel<T><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
+                dm, scale, ws->dq_accum, ws->totals, (uint16_t *)dq.data, dq.stride_b,
+                dq.stride_s, dq.stride_h);
             BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_chosen_kernel");
             return BL_OK;
         }

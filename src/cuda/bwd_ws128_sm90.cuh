@@ -219,9 +219,14 @@ __device__ __forceinline__ void bl_tl_store(bool on, int row, int it, int i) {
 
 template <typename T>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
-    // A masked call may launch this kernel and the 80-row one (bwd_ws128r80_sm90.cuh); the one
-    // the entry totals do not pick returns before anything else.
-    if (p.totals != nullptr && bl_bwd_rows80_chosen(p.totals)) return;
+    // A masked call may launch this kernel and then the 80-row one (bwd_ws128r80_sm90.cuh) as
+    // its programmatic dependent, released at once (its CTAs take an SM only as this kernel's
+    // leave it, and wait for this grid to complete); the one the entry totals do not pick
+    // returns before anything else.
+    if (p.totals != nullptr) {
+        griddep_launch_dependents();
+        if (bl_bwd_rows80_chosen(p.totals)) return;
+    }
     constexpr int D = 128;
     using L = wg_smem<D>;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8

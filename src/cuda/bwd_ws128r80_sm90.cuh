@@ -128,9 +128,14 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
 // else every entry the causal mask leaves.
 template <typename T, bool CAUSAL, bool LISTS>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
-    // A masked call launches this kernel and version 10; the one the entry totals do not pick
-    // returns before anything else.
-    if (p.totals != nullptr && !bl_bwd_rows80_chosen(p.totals)) return;
+    // A masked call launches version 10 and then this kernel as its programmatic dependent
+    // (launch_rows80): this one may start while version 10 still runs, so it first waits for it
+    // to finish (the postprocess, launched after this one alone, reads what either wrote), then
+    // returns unless the entry totals pick it.
+    if (p.totals != nullptr) {
+        griddep_wait();
+        if (!bl_bwd_rows80_chosen(p.totals)) return;
+    }
     constexpr int D = 128;
     using L = r80_smem;
     constexpr int NQ = BM80 / 8;  // n8 tiles of queries (S^T, dP^T, dQ^T): 10

@@ -132,6 +132,15 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int nthreads) {
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
 }
+// Programmatic dependent launch: waits until the grids this one was launched behind (with
+// cudaLaunchAttributeProgrammaticStreamSerialization) have completed and their writes are
+// visible. Without that attribute it returns at once.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Lets the grid launched behind this one (programmatic dependent launch) be scheduled now rather
+// than when this one completes.
+__device__ __forceinline__ void griddep_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 // Makes mbarrier initialisations visible to the async proxy (TMA) before first use.
 __device__ __forceinline__ void fence_mbarrier_init() {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

@@ -138,6 +138,8 @@ extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *ti
 // ---- lists: one CTA per (b, kv head g, key tile n) ----
 
 enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32 };
+// Dynamic shared memory a launch may take without an opt-in attribute.
+enum { LIST_BITS_MAX_BYTES = 48 * 1024 };
 
 // Whether row tile m and key tile n share any allowed (query, key) pair under the bottom-right
 // causal rule j <= i + Sk - Sq. The tile's last valid row sees the most keys.
@@ -159,9 +161,11 @@ static __device__ __forceinline__ bool tile_kept(const bl_bwd_dims &dm, int caus
 }
 
 // The codes code(e) >= 0 of e = 0..cap-1 into list, in the order of e; returns how many. Every
-// thread of the CTA calls it (ballots and barriers).
+// thread of the CTA calls it (ballots and barriers). bits, unless NULL: bit e set where code(e)
+// >= 0 (shared memory, cap bits).
 template <typename F>
-static __device__ int compact_list(int64_t cap, F code, int *__restrict__ list, int *warp_sums) {
+static __device__ int compact_list(int64_t cap, F code, int *__restrict__ list, int *warp_sums,
+                                   unsigned *bits) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int base = 0;
     for (int64_t e0 = 0; e0 < cap; e0 += LIST_THREADS) {
@@ -169,6 +173,7 @@ static __device__ int compact_list(int64_t cap, F code, int *__restrict__ list, 
         const int c = e < cap ? code(e) : -1;
         const unsigned ballot = __ballot_sync(0xffffffffu, c >= 0);
         if (lane == 0) warp_sums[warp] = __popc(ballot);
+        if (bits && lane == 0 && e < cap) bits[e >> 5] = ballot;  // e0 is a multiple of 32
         __syncthreads();
         int before = 0, total = 0;
         for (int w = 0; w < LIST_WARPS; ++w) {
@@ -184,12 +189,18 @@ static __device__ int compact_list(int64_t cap, F code, int *__restrict__ list, 
 
 // mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
 // Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
-// counts80 / lists80 (B*Hk*Tn, G*Tm80) / totals, unless NULL: the 80-row entries (bwd_common.cuh).
+// counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh); their
+// totals are summed by the window schedule kernel.
+// kept_bits: whether the 80-row pass reads the 64-row pass's decisions from a bitmap in dynamic
+// shared memory (G*Tm bits) instead of the mask again (strided byte reads: 3 of the kernel's
+// ~9 us at 8k x 16).
 __global__ void __launch_bounds__(LIST_THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80, unsigned long long *__restrict__ totals) {
+                   int *__restrict__ lists80, bool kept_bits) {
     __shared__ int warp_sums[LIST_WARPS];
+    extern __shared__ unsigned list_bits[];
+    unsigned *bits = kept_bits ? list_bits : nullptr;
     const int64_t col = blockIdx.x;
     const int64_t n = col % dm.tiles_n;
     const int64_t g = (col / dm.tiles_n) % dm.heads_k;
@@ -201,7 +212,7 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
             const int64_t hl = e / dm.tiles_m, m = e - hl * dm.tiles_m;
             return tile_kept(dm, causal, mask, b, g * dm.group + hl, m, n) ? (int)e : -1;
         },
-        lists + col * cap, warp_sums);
+        lists + col * cap, warp_sums, bits);
     int c80 = 0;
     if (lists80) {
         const int64_t cap80 = dm.group * dm.tiles_m80;
@@ -211,11 +222,15 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
                 // rows 80 m .. 80 m + 79 overlap 64-row tiles a = 80 m / 64 and a + 1
                 const int64_t hl = e / dm.tiles_m80, m = e - hl * dm.tiles_m80;
                 const int64_t a = m * BL_BWD_TM_DENSE / BL_BWD_TM, h = g * dm.group + hl;
-                const int bits = (int)tile_kept(dm, causal, mask, b, h, a, n) |
-                                 (int)tile_kept(dm, causal, mask, b, h, a + 1, n) << 1;
-                return bits ? (int)(e << 2) | bits : -1;
+                auto kept = [&](int64_t t) {
+                    if (!bits) return tile_kept(dm, causal, mask, b, h, t, n);
+                    const int64_t x = hl * dm.tiles_m + t;  // the 64-row pass's entry
+                    return t < dm.tiles_m && ((bits[x >> 5] >> (x & 31)) & 1u);
+                };
+                const int two = (int)kept(a) | (int)kept(a + 1) << 1;
+                return two ? (int)(e << 2) | two : -1;
             },
-            lists80 + col * cap80, warp_sums);
+            lists80 + col * cap80, warp_sums, nullptr);
         // A column with nothing kept gets one entry that keeps no row (bits 0), so that the
         // 80-row kernel writes its dK = dV = 0 without a branch around its loop (one cost it
         // spills: bench/notes-bwd.md, fourteenth session).
@@ -226,11 +241,7 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
     }
     if (threadIdx.x == 0) {
         counts[col] = c64;
-        if (lists80) {
-            counts80[col] = c80;
-            atomicAdd(&totals[0], (unsigned long long)c64);
-            atomicAdd(&totals[1], (unsigned long long)c80);
-        }
+        if (lists80) counts80[col] = c80;
     }
 }
 
@@ -316,19 +327,37 @@ __global__ void __launch_bounds__(SCHED_WINDOW_MAX)
 bl_bwd_schedule_window_kernel(const int *__restrict__ counts, const int *__restrict__ counts80,
                               int num_cols, int window,
                               int *__restrict__ schedule, int4 *__restrict__ recs,
-                              int *__restrict__ next) {
+                              int *__restrict__ next, unsigned long long *__restrict__ totals) {
     __shared__ int c[SCHED_WINDOW_MAX];
+    __shared__ unsigned long long sums[2];
     const int w0 = blockIdx.x * window;
     const int n = min(window, num_cols - w0);
     const int i = threadIdx.x;
     if (i < n) c[i] = counts[w0 + i];
+    if (i < 2) sums[i] = 0;
     __syncthreads();
+    const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
     if (i < n) {
         const int ci = c[i];
         int rank = 0;
         for (int j = 0; j < n; ++j) rank += (c[j] > ci) | ((c[j] == ci) & (j < i));
         schedule[w0 + rank] = w0 + i;
-        recs[w0 + rank] = make_int4(w0 + i, ci, counts80 ? counts80[w0 + i] : 0, 0);
+        recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
+    }
+    if (counts80) {
+        // The call's entry totals (bl_bwd_rows80_chosen): a warp sum, one shared atomic per
+        // warp, one global one per window.
+        unsigned long long s64 = i < n ? (unsigned long long)c[i] : 0ull, s80 = c80;
+        for (int off = 16; off > 0; off >>= 1) {
+            s64 += __shfl_xor_sync(0xffffffffu, s64, off);
+            s80 += __shfl_xor_sync(0xffffffffu, s80, off);
+        }
+        if ((i & 31) == 0) {
+            atomicAdd(&sums[0], s64);
+            atomicAdd(&sums[1], s80);
+        }
+        __syncthreads();
+        if (i < 2) atomicAdd(&totals[i], sums[i]);
     }
     if (blockIdx.x == 0 && i == 0) {
         recs[num_cols] = make_int4(-1, 0, 0, 0);
@@ -347,9 +376,11 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     if (rows80 && dm.group * dm.tiles_m80 > (INT32_MAX >> 2))
         return bl_set_error(BL_ERR_INTERNAL, "G*Tm80 = %lld: too many 80-row entries per key tile",
                             (long long)(dm.group * dm.tiles_m80));
-    bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, 0, stream>>>(
+    const size_t bits_bytes = (size_t)((dm.group * dm.tiles_m + 31) / 32) * sizeof(unsigned);
+    const bool kept_bits = rows80 && bits_bytes <= LIST_BITS_MAX_BYTES;
+    bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, kept_bits ? bits_bytes : 0, stream>>>(
         dm, causal, mask, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
-        rows80 ? ws->lists80 : NULL, ws->totals);
+        rows80 ? ws->lists80 : NULL, kept_bits);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     if (causal && dm.head_dim != 128) {
         bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
@@ -364,9 +395,10 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     BL_TRY(bl_sm_count(&sms));
     const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
     const int window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
-    bl_bwd_schedule_window_kernel<<<(unsigned)((cols + window - 1) / window), window, 0, stream>>>(
+    const int threads = (window + 31) / 32 * 32;  // whole warps: the totals' warp sums
+    bl_bwd_schedule_window_kernel<<<(unsigned)((cols + window - 1) / window), threads, 0, stream>>>(
         ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, ws->schedule, ws->sched_rec,
-        ws->sched_next);
+        ws->sched_next, ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }
