@@ -14,9 +14,9 @@
 // Tile shape of the backward (DESIGN §1): BL_TILE_M query rows x BL_TILE_N keys.
 #define BL_BWD_TM BL_TILE_M
 #define BL_BWD_TN BL_TILE_N
-// Query rows per entry of the head-dim-128 kernel for dense calls (bwd_ws128r80_sm90.cuh):
-// FlashAttention-3's tile for those without a causal mask; the 64-row tile stays the
-// statistics' and the lists' granularity everywhere else.
+// Query rows per entry of the head-dim-128 kernel version 11 (bwd_ws128r80_sm90.cuh):
+// FlashAttention-3's tile for dense calls without a causal mask; the 64-row tile stays the
+// granularity of the statistics and of what a masked call skips.
 #define BL_BWD_TM_DENSE 80
 
 // Problem sizes the kernels need, derived once from bl_attn_desc.

@@ -1,22 +1,27 @@
-// bwd_ws128r80_sm90.cuh -- backward main kernel version 11, head dim 128, for dense calls (with
-// or without a causal mask): version 10 (bwd_ws128_sm90.cuh: producer warpgroup, persistent CTAs,
-// the next S^T behind dQ, dK / dV by TMA stores) on entries of 80 query rows instead of 64.
+// bwd_ws128r80_sm90.cuh -- backward main kernel version 11, head dim 128: version 10
+// (bwd_ws128_sm90.cuh: producer warpgroup, persistent CTAs, the next S^T behind dQ, dK / dV by
+// TMA stores) on entries of 80 query rows instead of 64. Dense calls (with or without a causal
+// mask) always; masked and selected calls where the device finds it cheaper (LISTS).
 //
 // Why: at 16k and 32k the non-causal dense backward ran at 0.96x cuDNN while our causal calls ran
 // as fast per entry as cuDNN's; the gap is the main loop's rate per entry -- the fixed work of an
 // entry (dS barrier, dQ staging and hand-over, waits) -- not the schedule's tail
 // (bench/notes-bwd.md, twelfth session). FlashAttention-3 takes 80-row entries for exactly these
-// calls: 25 % more rows share that fixed work. Only dense calls can: the 64-row tile is the
-// statistics' and the lists' granularity, so masked or selected calls keep version 10.
-// FlashAttention-3 keeps 64 rows for causal calls; here 80 rows with the diagonal masked
-// element-wise measured 3-6 % faster than version 10 at 16k / 32k (bench/notes-bwd.md,
-// fourteenth session).
+// calls: 25 % more rows share that fixed work. FlashAttention-3 keeps 64 rows for causal calls;
+// here 80 rows with the diagonal masked element-wise measured 3.5-8 % faster than version 10 at
+// 16k / 32k (bench/notes-bwd.md, fourteenth session).
+// Masked calls: the 64-row tile stays the granularity of the statistics and of what is skipped.
+// An 80-row entry overlaps two 64-row tiles; it is listed where either is kept, and P is zeroed
+// on the rows of the other where that is not. At high sparsity that computes up to twice the
+// rows, so the call takes this kernel only where its entries cost less in all than version 10's
+// (bl_bwd_rows80_chosen, on the device: attn_bwd_sm90.cu launches both).
 //
 // What changes against version 10 (same warp roles, same barriers, same rings):
-//   - the entries of a column are every (q head hl of the group, 80-row tile m), hl major, from
-//     the first tile a causal mask leaves anything in (r80_first_tile): no lists; no masks but
-//     the key limit of the last key tile (rows past Sq load as zeros and have lse = +inf, so
-//     their P is 0) or the causal diagonal;
+//   - the entries of a dense call's column are every (q head hl of the group, 80-row tile m), hl
+//     major, from the first tile a causal mask leaves anything in (r80_first_tile): no lists; no
+//     masks but the key limit of the last key tile (rows past Sq load as zeros and have lse =
+//     +inf, so their P is 0) or the causal diagonal; a masked call's come from p.lists80, each
+//     with its two tiles' bits, passed to the consumers through shared memory (r80_entry_word);
 //   - S^T, dP^T are m64n80 products (40 accumulator registers each); dV, dK reduce over 80
 //     queries (5 k16 steps);
 //   - dQ is computed transposed, dQ^T (d x queries) = K^T dS^T: M must be 64 per warpgroup and
