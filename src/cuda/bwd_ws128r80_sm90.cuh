@@ -176,9 +176,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int m_first = LISTS ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
                 const int count = LISTS ? cl.count80 : (int)dm.group * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
+                // A masked call's entries are read one ahead: the load's latency then overlaps
+                // the waits instead of delaying the TMA issue.
+                int code_next = LISTS && count > 0 ? list[0] : 0;
                 int hl = 0, m = m_first, bits = 3;  // entry it: q head hl of the group, row tile m
                 for (int it = 0; it < count; ++it, ++gi) {
-                    if (LISTS) r80_list_entry(list[it], tiles_m, hl, m, bits);
+                    if (LISTS) {
+                        r80_list_entry(code_next, tiles_m, hl, m, bits);
+                        if (it + 1 < count) code_next = list[it + 1];
+                    }
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
                     r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m,
@@ -201,9 +207,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int m_first = LISTS ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
                 const int count = LISTS ? cl.count80 : (int)dm.group * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
+                int code_next = LISTS && count > 0 ? list[0] : 0;  // one ahead, as the producer
                 int hl = 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gj) {
-                    if (LISTS) r80_list_entry(list[it], tiles_m, hl, m, bits);
+                    if (LISTS) {
+                        r80_list_entry(code_next, tiles_m, hl, m, bits);
+                        if (it + 1 < count) code_next = list[it + 1];
+                    }
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
                     const int64_t h = cl.g * dm.group + hl;
                     bulk_reduce_add_f32(p.dq_accum + ((cl.b * dm.heads_q + h) * tiles_m + m) *
