@@ -17,7 +17,7 @@
 // Main kernels: wgmma, with a producer warpgroup that issues the TMA row-tile loads and the dQ
 // reduce-adds: head dim 128 bwd_ws128_sm90.cuh, head dim 64 bwd_ws64_sm90.cuh (the same steps on
 // two list entries at a time); dense head-dim-128 calls take 80 query rows per entry
-// (bwd_ws128r80_sm90.cuh, version 11). Where tensor maps cannot describe Q, dO and
+// (bwd_ws128r80_sm90.cuh, version 11), masked ones too where the device finds that cheaper. Where tensor maps cannot describe Q, dO and
 // the dq accumulator, both run with cp.async row tiles from every thread and fp32 atomics
 // (bwd_wgmma_sm90.cuh version 4, bwd_wgmma64p_sm90.cuh). The earlier mma.sync kernel
 // (dev/cuda/bwd_mma_sm90.cuh) is kept for the dev checker.
@@ -37,7 +37,8 @@
 #include "bwd_wgmma_sm90.cuh"
 // Head dim 128 with TMA: version 10: version 6 with a producer warpgroup, the next S^T behind dQ, persistent.
 #include "bwd_ws128_sm90.cuh"
-// Head dim 128, dense calls: version 11, version 10 on 80-row entries.
+// Head dim 128, dense calls (and masked ones where the device picks it): version 11, version 10
+// on 80-row entries.
 #include "bwd_ws128r80_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
 // and with TMA version 5, the same with a producer warpgroup.
@@ -128,8 +129,10 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
 template <typename T>
 bl_status launch_rows80(const bwd_params &p, bool lists, int64_t num_cols, cudaStream_t stream) {
     const size_t smem = r80_smem::BYTES;
-    auto kernel = p.causal ? (lists ? bwd_ws128r80_kernel<T, true, true> : bwd_ws128r80_kernel<T, true, false>)
-                           : (lists ? bwd_ws128r80_kernel<T, false, true> : bwd_ws128r80_kernel<T, false, false>);
+    auto kernel = p.causal ? (lists ? bwd_ws128r80_kernel<T, true, true>
+                                    : bwd_ws128r80_kernel<T, true, false>)
+                           : (lists ? bwd_ws128r80_kernel<T, false, true>
+                                    : bwd_ws128r80_kernel<T, false, false>);
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int sms = 0;

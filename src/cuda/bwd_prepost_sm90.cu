@@ -137,7 +137,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
     // No early return: the whole warp takes part in the shuffles below.
     const bool live = row < rows;
-    if (totals && tid < 2) totals[tid] = 0;  // summed by the lists kernel
+    if (totals && tid < 2) totals[tid] = 0;  // summed by the window schedule kernel
     const int64_t h = row % dm.heads_q;
     const int64_t i = (row / dm.heads_q) % dm.seqlen_q_pad;
     const int64_t b = row / (dm.heads_q * dm.seqlen_q_pad);
@@ -170,9 +170,6 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     }
 }
 
-// dq: (B, Sq, Hq, D) in T with strides; dq_accum (the BL_DQ_ROWS layouts): (B, Sq, Hq, D) fp32
-// contiguous, with the columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where
-// cols_permuted (what the kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
 // Eight accumulator columns (a0, a1), in the order 0 2 4 6 1 3 5 7 where cols_permuted, times
 // scale as T into out[0..7].
 template <typename T>
@@ -202,6 +199,10 @@ __device__ __forceinline__ void postprocess_row_part(const bl_bwd_dims &dm, floa
     store_row_part<T>(acc[0], acc[1], cols_permuted, scale,
                       dq + b * sb + i * ss + h * sh + part * PP_VEC);
 }
+
+// dq: (B, Sq, Hq, D) in T with strides; dq_accum (the BL_DQ_ROWS layouts): (B, Sq, Hq, D) fp32
+// contiguous, with the columns of each 8-column group in the order 0 2 4 6 1 3 5 7 where
+// cols_permuted (what the kernels that stage dQ for TMA reduce-adds write: dq_block_stage).
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
