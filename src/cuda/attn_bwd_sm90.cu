@@ -277,13 +277,16 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_chosen): only the device
     // knows the lists, so both kernels are launched and the one not picked returns at once, and
     // the postprocess reads the same choice (BL_DQ_CHOSEN). Dev variants force either kernel.
-    const bool rows80 =
+    bool rows80 =
         d->head_dim == 128 && tma_kv &&
         (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
          g_variant == BL_BWD_VARIANT_WS128_ROWS80) &&
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
     const bool masked = tiles != NULL;
+    // A masked call's 80-row entries are list codes e << 2 | bits (select_sm90.cu): calls with
+    // more per key tile than that holds keep version 10 alone.
+    if (masked && dm.group * dm.tiles_m80 > (INT32_MAX >> 2)) rows80 = false;
     const bool choose = rows80 && masked && g_variant != BL_BWD_VARIANT_WS128_ROWS80;
     bl_dq_layout layout = !rows80 ? BL_DQ_ROWS : choose ? BL_DQ_CHOSEN : BL_DQ_TILES80;
     BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
