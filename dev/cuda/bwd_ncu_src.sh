@@ -4,7 +4,7 @@
 # throughput). One device call; needs build/dev from `bash dev/cuda/run_device_bwd.sh build`
 # (carry it: carry=["build/dev"]).
 # Usage (repo root, on the GPU machine): bash dev/cuda/bwd_ncu_src.sh [steps]
-# steps: src128 src64 (ncu source page, SASS with stall samples per instruction, as
+# steps: src128 src64 src80 src80m (ncu source page, SASS with stall samples per instruction, as
 # $OUT/src-one*.csv.gz; summarise with dev/cuda/ncu_src_summary.py), details (the D = 128
 # kernel's memory / scheduler / warp-state sections), cudnn (every kernel of an SDPA cuDNN
 # backward at 1 x 8192 x 16 x 128). Default: all.
@@ -24,6 +24,19 @@ for mode in one one64; do
         "$BIN" $mode > "$O/src-$mode.csv" 2>"$O/src-$mode.err"
     echo "ncu $mode rc=$? $(wc -c < "$O/src-$mode.csv") bytes"
     gzip -f "$O/src-$mode.csv"
+done
+# Version 11 (80 rows), dense against masked: `onemask 1.0` runs an 8k x 16 x 128 dense call, then
+# one with a mask keeping every tile (both pick the 80-row kernel); the mangled names tell the
+# template's LISTS flag apart (Lb0ELb0E dense, Lb0ELb1E masked). Launch 3 of each.
+for step in src80 src80m; do
+    has $step || continue
+    lists=0; [ $step = src80m ] && lists=1
+    timeout 200 ncu --clock-control none --kernel-name-base mangled \
+        -k regex:"bwd_ws128r80_kernelI13__nv_bfloat16Lb0ELb${lists}E" -s 2 -c 1 --section SourceCounters \
+        --section WarpStateStats --page source --print-source sass --csv \
+        "$BIN" onemask 1.0 > "$O/src-$step.csv" 2>"$O/src-$step.err"
+    echo "ncu $step rc=$? $(wc -c < "$O/src-$step.csv") bytes"
+    gzip -f "$O/src-$step.csv"
 done
 if has details; then
     timeout 120 ncu --clock-control none -k regex:"bwd_(wgmma|ws128)_kernel" -s 2 -c 1 --section SpeedOfLight \

@@ -284,9 +284,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
     const bool masked = tiles != NULL;
-    // A masked call's 80-row entries are list codes e << 2 | bits (select_sm90.cu): calls with
-    // more per key tile than that holds keep version 10 alone.
-    if (masked && dm.group * dm.tiles_m80 > (INT32_MAX >> 2)) rows80 = false;
+    // A masked call's 80-row entries are list codes hl << 20 | m << 2 | bits (select_sm90.cu):
+    // calls too long or too grouped for that encoding keep version 10 alone.
+    if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
     const bool choose = rows80 && masked && g_variant != BL_BWD_VARIANT_WS128_ROWS80;
     bl_dq_layout layout = !rows80 ? BL_DQ_ROWS : choose ? BL_DQ_CHOSEN : BL_DQ_TILES80;
     BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));

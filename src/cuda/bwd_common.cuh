@@ -40,8 +40,9 @@ struct bl_bwd_workspace {
     int *counts;      // (B, Hk, Tn): kept (q head, row tile) pairs per key tile
     int *lists;       // (B, Hk, Tn, G*Tm): those pairs, encoded hl * Tm + m, in that order
     // The same at 80-row granularity, for the 80-row kernel on masked calls: the (q head, 80-row
-    // tile) entries that overlap a kept 64-row tile, encoded (hl * Tm80 + m80) << 2 | bits, bit 0:
-    // the 64-row tile of the entry's first row is kept, bit 1: the next one (bl_bwd_r80_entry).
+    // tile) entries that overlap a kept 64-row tile, encoded hl << BL_R80_ENTRY_HL_SHIFT |
+    // m80 << 2 | bits, bit 0: the 64-row tile of the entry's first row is kept, bit 1: the next
+    // one (r80_list_entry in bwd_ws128r80_sm90.cuh).
     int *counts80;    // (B, Hk, Tn)
     int *lists80;     // (B, Hk, Tn, G*Tm80)
     // {sum of counts, sum of counts80} over the call's key tiles: which kernel takes a masked
@@ -56,6 +57,12 @@ struct bl_bwd_workspace {
 // the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
 // A masked call takes the 80-row kernel where its entries cost less in all.
 enum { BL_R80_ENTRY_COST = 75, BL_R64_ENTRY_COST = 64 };
+// An 80-row list entry: hl << BL_R80_ENTRY_HL_SHIFT | m << 2 | bits (m < 2^18, hl < 2^11).
+enum { BL_R80_ENTRY_HL_SHIFT = 20 };
+inline bool bl_bwd_r80_lists_fit(const bl_bwd_dims &dm) {
+    return dm.tiles_m80 < (1 << (BL_R80_ENTRY_HL_SHIFT - 2)) &&
+           dm.group < (1 << (31 - BL_R80_ENTRY_HL_SHIFT));
+}
 __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals) {
     return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
 }

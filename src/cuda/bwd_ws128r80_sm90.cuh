@@ -82,11 +82,11 @@ __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
 // m and which of the two 64-row tiles it overlaps are kept (bits 0 / 1; 3 on dense calls).
 __device__ __forceinline__ int r80_entry_word(int m, int bits) { return m << 2 | bits; }
 
-// An entry of p.lists80 -> q head hl of the group, row tile m, bits.
-__device__ __forceinline__ void r80_list_entry(int code, int tiles_m, int &hl, int &m, int &bits) {
-    const int e = code >> 2;
-    hl = e / tiles_m;
-    m = e - hl * tiles_m;
+// An entry of p.lists80, hl << 20 | m << 2 | bits (select_sm90.cu) -> q head hl of the group,
+// row tile m, bits: shifts, no division (the producer and the reducer run on 24 registers).
+__device__ __forceinline__ void r80_list_entry(int code, int &hl, int &m, int &bits) {
+    hl = code >> BL_R80_ENTRY_HL_SHIFT;
+    m = (code >> 2) & ((1 << (BL_R80_ENTRY_HL_SHIFT - 2)) - 1);
     bits = code & 3;
 }
 // The column's p.lists80 entries (masked calls).
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 int hl = 0, m = m_first, bits = 3;  // entry it: q head hl of the group, row tile m
                 for (int it = 0; it < count; ++it, ++gi) {
                     if (LISTS) {
-                        r80_list_entry(code_next, tiles_m, hl, m, bits);
+                        r80_list_entry(code_next, hl, m, bits);
                         if (it + 1 < count) code_next = list[it + 1];
                     }
                     const int buf = gi & 1;
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 int hl = 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gj) {
                     if (LISTS) {
-                        r80_list_entry(code_next, tiles_m, hl, m, bits);
+                        r80_list_entry(code_next, hl, m, bits);
                         if (it + 1 < count) code_next = list[it + 1];
                     }
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);

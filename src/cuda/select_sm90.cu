@@ -228,7 +228,7 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
                     return t < dm.tiles_m && ((bits[x >> 5] >> (x & 31)) & 1u);
                 };
                 const int two = (int)kept(a) | (int)kept(a + 1) << 1;
-                return two ? (int)(e << 2) | two : -1;
+                return two ? (int)(hl << BL_R80_ENTRY_HL_SHIFT | m << 2) | two : -1;
             },
             lists80 + col * cap80, warp_sums, nullptr);
         // A column with nothing kept gets one entry that keeps no row (bits 0), so that the
@@ -373,9 +373,9 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "B*Hk*Tn = %lld key tiles (or G*Tm = %lld row tiles per key tile) "
                             "exceeds the backward's 32-bit work lists",
                             (long long)cols, (long long)(dm.group * dm.tiles_m));
-    if (rows80 && dm.group * dm.tiles_m80 > (INT32_MAX >> 2))
-        return bl_set_error(BL_ERR_INTERNAL, "G*Tm80 = %lld: too many 80-row entries per key tile",
-                            (long long)(dm.group * dm.tiles_m80));
+    if (rows80 && !bl_bwd_r80_lists_fit(dm))
+        return bl_set_error(BL_ERR_INTERNAL, "G = %lld, Tm80 = %lld: 80-row entries do not fit",
+                            (long long)dm.group, (long long)dm.tiles_m80);
     const size_t bits_bytes = (size_t)((dm.group * dm.tiles_m + 31) / 32) * sizeof(unsigned);
     const bool kept_bits = rows80 && bits_bytes <= LIST_BITS_MAX_BYTES;
     bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, kept_bits ? bits_bytes : 0, stream>>>(
