@@ -246,6 +246,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.dv_sb = dv.stride_b; p.dv_ss = dv.stride_s; p.dv_sh = dv.stride_h;
     p.lse_log2 = ws.lse_log2;
     p.dlt = ws.dlt;
+    p.unkept_rows = ws.unkept_rows;
     p.dq_accum = ws.dq_accum;
     p.counts = ws.counts;
     p.lists = ws.lists;

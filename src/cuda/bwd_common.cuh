@@ -45,6 +45,9 @@ struct bl_bwd_workspace {
     // one (r80_list_entry in bwd_ws128r80_sm90.cuh).
     int *counts80;    // (B, Hk, Tn)
     int *lists80;     // (B, Hk, Tn, G*Tm80)
+    // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
+    // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
+    float *unkept_rows;
     // {sum of counts, sum of counts80} over the call's key tiles: which kernel takes a masked
     // head-dim-128 call, read by both on the device (bl_bwd_rows80_chosen).
     unsigned long long *totals;

@@ -37,6 +37,7 @@ struct bwd_params {
     int64_t dv_sb, dv_ss, dv_sh;
     const float *lse_log2;  // (B, Hq, Sq_pad)
     const float *dlt;       // (B, Hq, Sq_pad)
+    const float *unkept_rows;  // bl_bwd_workspace::unkept_rows (the 80-row kernel's masked calls)
     float *dq_accum;        // (B, Sq, Hq, D) fp32 (8-column groups permuted by dq_block_stage)
     const int *counts, *lists, *schedule;
     const int *lists80;  // the 80-row entries of masked calls (bl_bwd_workspace::lists80)

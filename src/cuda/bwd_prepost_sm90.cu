@@ -63,6 +63,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_sched = ws_take(&off, cols * sizeof(int));
     size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
     size_t o_next = ws_take(&off, sizeof(int));
+    size_t o_unkept = ws_take(&off, 2 * BL_BWD_TM_DENSE * sizeof(float));
     if (base && ws) {
         char *p = (char *)base;
         ws->dq_accum = (float *)(p + o_dq);
@@ -77,6 +78,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->schedule = (int *)(p + o_sched);
         ws->sched_rec = (int4 *)(p + o_rec);
         ws->sched_next = (int *)(p + o_next);
+        ws->unkept_rows = (float *)(p + o_unkept);
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }
@@ -121,7 +123,7 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
 // dq_accum: its first zero_rows * B * Hq * D floats zeroed, as (B, zero_rows, Hq, D): zero_rows =
 // Sq covers the (B, Sq, Hq, D) layouts, Tm80 * 80 (<= Sq_pad) the 80-row blocks of BL_DQ_TILES80
-// (all that matters for zeroing is the range).
+// (all that matters for zeroing is the range). unkept_rows (bl_bwd_workspace) is filled too.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
@@ -129,7 +131,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          int64_t do_sb, int64_t do_ss, int64_t do_sh,
                          const float *__restrict__ lse, float *__restrict__ dlt,
                          float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                         int64_t zero_rows, unsigned long long *__restrict__ totals) {
+                         int64_t zero_rows, unsigned long long *__restrict__ totals,
+                         float *__restrict__ unkept_rows) {
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -138,6 +141,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     // No early return: the whole warp takes part in the shuffles below.
     const bool live = row < rows;
     if (totals && tid < 2) totals[tid] = 0;  // summed by the window schedule kernel
+    if (tid < 2 * BL_BWD_TM_DENSE) unkept_rows[tid] = tid < BL_BWD_TM_DENSE ? INFINITY : 0.0f;
     const int64_t h = row % dm.heads_q;
     const int64_t i = (row / dm.heads_q) % dm.seqlen_q_pad;
     const int64_t b = row / (dm.heads_q * dm.seqlen_q_pad);
@@ -315,7 +319,7 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
         ws->lse_log2, ws->dq_accum,
         layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN ? dm.tiles_m80 * BL_BWD_TM_DENSE
                                                            : dm.seqlen_q,
-        layout == BL_DQ_ROWS ? NULL : ws->totals);
+        layout == BL_DQ_ROWS ? NULL : ws->totals, ws->unkept_rows);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_preprocess_kernel");
     return BL_OK;
 }

@@ -11,8 +11,9 @@
 // here 80 rows with the diagonal masked element-wise measured 3.5-8 % faster than version 10 at
 // 16k / 32k (bench/notes-bwd.md, fourteenth session).
 // Masked calls: the 64-row tile stays the granularity of the statistics and of what is skipped.
-// An 80-row entry overlaps two 64-row tiles; it is listed where either is kept, and P is zeroed
-// on the rows of the other where that is not. At high sparsity that computes up to twice the
+// An 80-row entry overlaps two 64-row tiles; it is listed where either is kept, and the rows of
+// the other, where that is not, load lse = +inf and Dlt = 0 instead of theirs, so that their P
+// and dS are 0 and the consumers run the dense kernel's code. At high sparsity that computes up to twice the
 // rows, so the call takes this kernel only where its entries cost less in all than version 10's
 // (bl_bwd_rows80_chosen, on the device: attn_bwd_sm90.cu launches both).
 //
@@ -21,7 +22,7 @@
 //     major, from the first tile a causal mask leaves anything in (r80_first_tile): no lists; no
 //     masks but the key limit of the last key tile (rows past Sq load as zeros and have lse =
 //     +inf, so their P is 0) or the causal diagonal; a masked call's come from p.lists80, each
-//     with its two tiles' bits, passed to the consumers through shared memory (r80_entry_word);
+//     with its two tiles' bits, which decide the lse / Dlt rows the producer loads;
 //   - S^T, dP^T are m64n80 products (40 accumulator registers each); dV, dK reduce over 80
 //     queries (5 k16 steps);
 //   - dQ is computed transposed, dQ^T (d x queries) = K^T dS^T: M must be 64 per warpgroup and
@@ -56,7 +57,7 @@ struct r80_smem {
                                                       // while entry it's dQ^T still reads
     static constexpr uint32_t DQS = DS + 2 * DS_TILE;  // dQ^T, then each column's dK and dV
     static constexpr uint32_t ROWS = DQS + DQ_BYTES;  // fp32 lse_log2[2][BM80], dlt[2][BM80]
-    static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);  // int [2]: r80_entry_word
+    static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);  // int [2]: row tile m
     static constexpr uint32_t BARS = ENTRY + 16;
     static constexpr uint32_t USED = BARS + ws_bars::BYTES;
     static constexpr uint32_t BASE_ALIGN = 1024;
@@ -78,10 +79,6 @@ __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
     return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
 }
 
-// What the consumers learn of an entry besides its tiles, through shared memory: its row tile
-// m and which of the two 64-row tiles it overlaps are kept (bits 0 / 1; 3 on dense calls).
-__device__ __forceinline__ int r80_entry_word(int m, int bits) { return m << 2 | bits; }
-
 // An entry of p.lists80, hl << 20 | m << 2 | bits (select_sm90.cu) -> q head hl of the group,
 // row tile m, bits: shifts, no division (the producer and the reducer run on 24 registers).
 __device__ __forceinline__ void r80_list_entry(int code, int &hl, int &m, int &bits) {
@@ -96,14 +93,18 @@ __device__ __forceinline__ const int *r80_list(const bwd_params &p, const ws_col
 }
 
 // TMA of the 80-row tile (q head h, rows 80m..) of Q and dO (p.tm_q80 / p.tm_do80) into buffer
-// `buf`, and its lse_log2 / Dlt rows, completing on the buffer's FULL mbarrier; `word`
-// (r80_entry_word) into the buffer's entry slot first (the arrive releases it to the waiters).
+// `buf`, and its lse_log2 / Dlt rows, completing on the buffer's FULL mbarrier; m into the
+// buffer's entry slot first (the arrive releases it to the waiters: the causal diagonal needs
+// it). bits (3 on dense calls): which of the entry's two 64-row tiles are kept. The entry's
+// rows 80m.. start 16 (m % 4) rows into 64-row tile 80m / 64, so the next tile starts at row
+// `split` of the entry; the rows of an unkept one take their lse_log2 / Dlt from p.unkept_rows
+// (+inf / 0): the bytes on the barrier are the same, the consumers' code is the dense call's.
 __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s0, int *entry_slots,
-                                                 int buf, int64_t b, int64_t h, int64_t m, int word) {
+                                                 int buf, int64_t b, int64_t h, int64_t m, int bits) {
     using L = r80_smem;
     constexpr uint32_t ROW_BYTES = BM80 * sizeof(float);
     const uint32_t bar = s0 + L::BARS + ws_bars::FULL + 8 * buf;
-    entry_slots[buf] = word;
+    entry_slots[buf] = (int)m;
     mbarrier_arrive_expect_tx(bar, 2 * L::TILE + 2 * ROW_BYTES);
     const int row0 = (int)(m * BM80);
 #pragma unroll
@@ -114,8 +115,22 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
                     panel * PANEL_COLS, row0, (int)h, (int)b);
     }
     const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
-    bulk_load(s0 + L::ROWS + buf * ROW_BYTES, p.lse_log2 + rows, ROW_BYTES, bar);
-    bulk_load(s0 + L::ROWS + (2 + buf) * ROW_BYTES, p.dlt + rows, ROW_BYTES, bar);
+    const uint32_t s_lse = s0 + L::ROWS + buf * ROW_BYTES, s_dlt = s0 + L::ROWS + (2 + buf) * ROW_BYTES;
+    if (bits == 3) {
+        bulk_load(s_lse, p.lse_log2 + rows, ROW_BYTES, bar);
+        bulk_load(s_dlt, p.dlt + rows, ROW_BYTES, bar);
+        return;
+    }
+    // Kept rows [lo, hi), the rest [ulo, uhi): one range each (multiples of 16 rows: 64 bytes).
+    const int split = BL_BWD_TM - (BM80 - BL_BWD_TM) * (int)(m & 3);
+    const int lo = (bits & 1) ? 0 : split, hi = (bits & 2) ? BM80 : split;
+    const int ulo = (bits & 1) ? split : 0, uhi = (bits & 1) ? BM80 : (bits & 2) ? split : BM80;
+    if (hi > lo) {
+        bulk_load(s_lse + 4 * lo, p.lse_log2 + rows + lo, 4 * (hi - lo), bar);
+        bulk_load(s_dlt + 4 * lo, p.dlt + rows + lo, 4 * (hi - lo), bar);
+    }
+    bulk_load(s_lse + 4 * ulo, p.unkept_rows + ulo, 4 * (uhi - ulo), bar);
+    bulk_load(s_dlt + 4 * ulo, p.unkept_rows + BM80 + ulo, 4 * (uhi - ulo), bar);
 }
 
 // The first 80-row tile of key tile n that a causal mask leaves anything in: tile m's last row
@@ -129,8 +144,8 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
 }
 
 // p.dq_accum is in the BL_DQ_TILES80 layout, zeroed. CAUSAL: p.causal is set. LISTS: a masked
-// call, whose entries are p.lists80's (the rows of an entry's unkept 64-row tile get P = 0);
-// else every entry the causal mask leaves.
+// call, whose entries are p.lists80's (the rows of an entry's unkept 64-row tile get P = 0
+// through their lse: r80_tma_row_tile); else every entry the causal mask leaves.
 template <typename T, bool CAUSAL, bool LISTS>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     // A masked call launches version 10 and then this kernel as its programmatic dependent
@@ -154,7 +169,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     const uint32_t s0 = bl_smem_addr(smem_base);
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
-    int *s_entry = reinterpret_cast<int *>(smem_base + L::ENTRY);  // [2]: r80_entry_word
+    int *s_entry = reinterpret_cast<int *>(smem_base + L::ENTRY);  // [2]: the entries' row tiles
 
     const bl_bwd_dims &dm = p.dm;
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
@@ -187,8 +202,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     }
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
-                    r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m,
-                                     r80_entry_word(m, bits));
+                    r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m, bits);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
                         ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
@@ -326,8 +340,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
             bl_reg_fence(s);
 
-            // ---- P^T = exp2(S^T scale log2e - lse log2e), 0 where a mask drops the pair ----
-            const int word = s_entry[buf];  // entry it's r80_entry_word
+            // ---- P^T = exp2(S^T scale log2e - lse log2e), 0 where a mask drops the pair (an
+            // unkept 64-row tile's rows have lse = +inf: r80_tma_row_tile) ----
             if constexpr (!CAUSAL) {
                 // keys past Sk
 #pragma unroll
@@ -347,7 +361,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 // element, on every entry (behind a branch on entries that cross the diagonal,
                 // ptxas spilled; past the diagonal cut <= -8 drops nothing). 32-bit, as the key
                 // limit (a 64-bit value here is a spill).
-                const int room = (word >> 2) * BM80 + causal_base;
+                const int room = s_entry[buf] * BM80 + causal_base;  // entry it's row tile
                 const int cut = kw + lg - 2 * lt - room;
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) {
@@ -363,23 +377,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     for (int x = 0; x < 4; ++x)
                         if (8 * t - 8 * (x >> 1) + (x & 1) < cut) s[4 * t + x] = 0.0f;
             }
-            if constexpr (LISTS) {
-                // The rows of an unkept 64-row tile, on entries that have one: the entry's rows
-                // 80m.. start 16 (m % 4) rows into 64-row tile a = 80m / 64, so tile a + 1 starts
-                // at row `split`; the kept rows are [lo, hi). Row ir = 8t + 2lt + c: compares
-                // against constants again.
-                if ((word & 3) != 3) {
-                    const int split = BL_BWD_TM - (BM80 - BL_BWD_TM) * ((word >> 2) & 3);
-                    const int lo2 = ((word & 1) ? 0 : split) - 2 * lt;
-                    const int hi2 = ((word & 2) ? BM80 : split) - 2 * lt;
-#pragma unroll
-                    for (int t = 0; t < NQ; ++t)
-#pragma unroll
-                        for (int x = 0; x < 4; ++x)
-                            if (8 * t + (x & 1) < lo2 || 8 * t + (x & 1) >= hi2) s[4 * t + x] = 0.0f;
-                }
-            }
-
             // ---- dV += P^T dO, issued before dP^T is waited for (issued after dS, with dK, the
             // call ran 1-3 % slower: bench/results/bwd-s14-rows80.txt) ----
             uint32_t pa[KSTEPS_Q][4];
