@@ -13,9 +13,9 @@
 // Masked calls: the 64-row tile stays the granularity of the statistics and of what is skipped.
 // An 80-row entry overlaps two 64-row tiles; it is listed where either is kept, and the rows of
 // the other, where that is not, load lse = +inf and Dlt = 0 instead of theirs, so that their P
-// and dS are 0 and the consumers run the dense kernel's code. At high sparsity that computes up to twice the
-// rows, so the call takes this kernel only where its entries cost less in all than version 10's
-// (bl_bwd_rows80_chosen, on the device: attn_bwd_sm90.cu launches both).
+// and dS are 0 and the consumers run the dense kernel's code. At high sparsity that computes up
+// to twice the rows, so the call takes this kernel only where its entries cost less in all than
+// version 10's (bl_bwd_rows80_chosen, on the device: attn_bwd_sm90.cu launches both).
 //
 // What changes against version 10 (same warp roles, same barriers, same rings):
 //   - the entries of a dense call's column are every (q head hl of the group, 80-row tile m), hl
@@ -115,7 +115,8 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
                     panel * PANEL_COLS, row0, (int)h, (int)b);
     }
     const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
-    const uint32_t s_lse = s0 + L::ROWS + buf * ROW_BYTES, s_dlt = s0 + L::ROWS + (2 + buf) * ROW_BYTES;
+    const uint32_t s_lse = s0 + L::ROWS + buf * ROW_BYTES;
+    const uint32_t s_dlt = s0 + L::ROWS + (2 + buf) * ROW_BYTES;
     if (bits == 3) {
         bulk_load(s_lse, p.lse_log2 + rows, ROW_BYTES, bar);
         bulk_load(s_dlt, p.dlt + rows, ROW_BYTES, bar);
