@@ -1,6 +1,7 @@
 // select_sm90.cu -- tile selection on the GPU (W -> block mask) and the backward's work lists
 // (block mask -> per-key-tile lists of kept (q head, row tile) pairs, and a schedule of the key
 // tiles). Implements bl_cuda_select_tiles.
+#include <limits.h>
 #include <math.h>
 #include "backend.h"
 #include "cuda_check.cuh"
@@ -320,46 +321,64 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 }
 
 // Window schedule: the columns in their natural order cut into windows of `window` columns, each
-// window sorted by count, descending and stable (rank by counting: a window is at most one CTA's
-// threads, and the O(window^2) compares are ~280 k at 4 x 132).
-enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4 };
-__global__ void __launch_bounds__(SCHED_WINDOW_MAX)
+// window sorted by count, descending and stable (rank by counting). A window's ranks are split
+// over SCHED_RANK_THREADS-column parts, one CTA each: every CTA reads the whole window (at most
+// 1024 counts) and ranks its part against it, so the O(window^2) compares of a 4-round causal
+// window (~280 k at 4 x 132) run on many SMs (one CTA per window took 16.5 us at 16k x 16 x 128
+// causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6).
+enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
+       SCHED_RANK_THREADS = 64 };
+__global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(const int *__restrict__ counts, const int *__restrict__ counts80,
-                              int num_cols, int window,
+                              int num_cols, int window, int parts,
                               int *__restrict__ schedule, int4 *__restrict__ recs,
                               int *__restrict__ next, unsigned long long *__restrict__ totals) {
-    __shared__ int c[SCHED_WINDOW_MAX];
+    __shared__ __align__(16) int c[SCHED_WINDOW_MAX];
     __shared__ unsigned long long sums[2];
-    const int w0 = blockIdx.x * window;
+    const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
-    const int i = threadIdx.x;
-    if (i < n) c[i] = counts[w0 + i];
-    if (i < 2) sums[i] = 0;
+    const int n4 = (n + 3) / 4;  // the counts as int4, padded with INT_MIN (ranks below all)
+    const int i = (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x;  // in the window
+    for (int j = threadIdx.x; j < 4 * n4; j += SCHED_RANK_THREADS)
+        c[j] = j < n ? counts[w0 + j] : INT_MIN;
+    if (threadIdx.x < 2) sums[threadIdx.x] = 0;
     __syncthreads();
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
     if (i < n) {
+        // rank = heavier columns + equal ones before i; four independent sums, 16-byte loads
+        // (one load and one add chain per element made the loop latency-bound)
         const int ci = c[i];
-        int rank = 0;
-        for (int j = 0; j < n; ++j) rank += (c[j] > ci) | ((c[j] == ci) & (j < i));
+        const int4 *c4 = reinterpret_cast<const int4 *>(c);
+        int r0 = 0, r1 = 0, r2 = 0, r3 = 0;
+#pragma unroll 4
+        for (int q = 0; q < n4; ++q) {
+            const int4 v = c4[q];
+            const int j = 4 * q;
+            r0 += (v.x > ci) | ((v.x == ci) & (j < i));
+            r1 += (v.y > ci) | ((v.y == ci) & (j + 1 < i));
+            r2 += (v.z > ci) | ((v.z == ci) & (j + 2 < i));
+            r3 += (v.w > ci) | ((v.w == ci) & (j + 3 < i));
+        }
+        const int rank = r0 + r1 + r2 + r3;
         schedule[w0 + rank] = w0 + i;
         recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
     }
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen): a warp sum, one shared atomic per
-        // warp, one global one per window.
+        // warp, one global one per CTA.
         unsigned long long s64 = i < n ? (unsigned long long)c[i] : 0ull, s80 = c80;
         for (int off = 16; off > 0; off >>= 1) {
             s64 += __shfl_xor_sync(0xffffffffu, s64, off);
             s80 += __shfl_xor_sync(0xffffffffu, s80, off);
         }
-        if ((i & 31) == 0) {
+        if ((threadIdx.x & 31) == 0) {
             atomicAdd(&sums[0], s64);
             atomicAdd(&sums[1], s80);
         }
         __syncthreads();
-        if (i < 2) atomicAdd(&totals[i], sums[i]);
+        if (threadIdx.x < 2) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
     }
-    if (blockIdx.x == 0 && i == 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
         recs[num_cols] = make_int4(-1, 0, 0, 0);
         *next = 0;
     }
@@ -395,10 +414,11 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     BL_TRY(bl_sm_count(&sms));
     const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
     const int window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
-    const int threads = (window + 31) / 32 * 32;  // whole warps: the totals' warp sums
-    bl_bwd_schedule_window_kernel<<<(unsigned)((cols + window - 1) / window), threads, 0, stream>>>(
-        ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, ws->schedule, ws->sched_rec,
-        ws->sched_next, ws->totals);
+    const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
+    const int64_t windows = (cols + window - 1) / window;
+    bl_bwd_schedule_window_kernel<<<(unsigned)(windows * parts), SCHED_RANK_THREADS, 0, stream>>>(
+        ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts, ws->schedule,
+        ws->sched_rec, ws->sched_next, ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }
