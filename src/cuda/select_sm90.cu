@@ -206,11 +206,14 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
     const int64_t n = col % dm.tiles_n;
     const int64_t g = (col / dm.tiles_n) % dm.heads_k;
     const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    // Entries e = hl * Tm + m decoded in 32 bits (G*Tm and G*Tm80 < 2^31: bl_bwd_lists_launch): a
+    // 64-bit division per entry kept the kernel's issue slots busy.
     const int64_t cap = dm.group * dm.tiles_m;
+    const int tm = (int)dm.tiles_m, tm80 = (int)dm.tiles_m80;
     const int c64 = compact_list(
         cap,
         [&](int64_t e) {
-            const int64_t hl = e / dm.tiles_m, m = e - hl * dm.tiles_m;
+            const int hl = (int)e / tm, m = (int)e - hl * tm;
             return tile_kept(dm, causal, mask, b, g * dm.group + hl, m, n) ? (int)e : -1;
         },
         lists + col * cap, warp_sums, bits);
@@ -221,11 +224,11 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
             cap80,
             [&](int64_t e) {
                 // rows 80 m .. 80 m + 79 overlap 64-row tiles a = 80 m / 64 and a + 1
-                const int64_t hl = e / dm.tiles_m80, m = e - hl * dm.tiles_m80;
+                const int hl = (int)e / tm80, m = (int)e - hl * tm80;
                 const int64_t a = m * BL_BWD_TM_DENSE / BL_BWD_TM, h = g * dm.group + hl;
                 auto kept = [&](int64_t t) {
                     if (!bits) return tile_kept(dm, causal, mask, b, h, t, n);
-                    const int64_t x = hl * dm.tiles_m + t;  // the 64-row pass's entry
+                    const int64_t x = (int64_t)hl * tm + t;  // the 64-row pass's entry
                     return t < dm.tiles_m && ((bits[x >> 5] >> (x & 31)) & 1u);
                 };
                 const int two = (int)kept(a) | (int)kept(a + 1) << 1;
