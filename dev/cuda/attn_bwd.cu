@@ -464,9 +464,23 @@ static int run_case(const Case &c) {
         (variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_FEW_CTAS)) {
         bl_bwd_workspace w;
         bl_bwd_workspace_layout(bl_bwd_make_dims(&desc), ws, &w);
-        unsigned long long tot[2];
+        unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
-        pick = bl_bwd_rows80_chosen(tot) ? " [80 rows]" : " [64 rows]";
+        pick = bl_bwd_masked_full(tot)    ? " [80 rows, dense]"
+               : bl_bwd_rows80_chosen(tot) ? " [80 rows]"
+                                           : " [64 rows]";
+        // A mask that keeps every tile the causal rule leaves must take the dense kernel, and
+        // no other mask may.
+        bool full = true;
+        for (size_t r = 0; r < (size_t)c.B * c.Hq * Tm; ++r) {
+            const int64_t m = (int64_t)(r % Tm);
+            for (int64_t n = 0; n < Tn; ++n) {
+                const int64_t last_row = std::min<int64_t>((m + 1) * BL_TILE_M, c.Sq) - 1;
+                const bool live = !c.causal || n * BL_TILE_N <= last_row + c.Sk - c.Sq;
+                if (live && !mask[r * Tn + n]) full = false;
+            }
+        }
+        if (bl_bwd_masked_full(tot) != full) ok = 0;
     }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
            "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s%s\n",
@@ -887,6 +901,7 @@ int main(int argc, char **argv) {
         cases.push_back({1, 300, 500, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
         cases.push_back({2, 170, 257, 2, 2, 128, 0, FP, 1, 1.0, 0, 1, 0});
         cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
+        cases.push_back({1, 700, 900, 2, 1, 128, 1, FP, 1, 1.0, 0, 0, 0});  // causal, every tile
         cases.push_back({1, 900, 300, 2, 2, 128, 1, FP, 1, 0.5, 0, 0, 0});
         // Long sequences (Tn = 1024 selection rows; Tm = 2048 row tiles), synthetic forward.
         cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});

@@ -141,20 +141,11 @@ bl_status launch_rows80(const bwd_params &p, bool lists, int64_t num_cols, cudaS
                      g_variant == BL_BWD_VARIANT_WS128_ROWS80;
     const int64_t ctas = few ? 3 : sms;
     const int64_t grid = num_cols < ctas ? num_cols : ctas;
-    // Behind the 64-row kernel on a masked call (p.totals set): a programmatic dependent launch,
-    // so that its launch overlaps that kernel's run where the device picks the 64-row one (the
-    // sparse calls, where microseconds count); the kernel waits for the other to complete.
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(WS_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute pdl;
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &pdl;
-    cfg.numAttrs = p.totals != nullptr ? 1 : 0;
-    BL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+    // On a masked call (p.totals set) a programmatic dependent launch behind the kernel before
+    // it (version 10, or this one with lists), so that its launch overlaps that kernel's run
+    // (the sparse calls, where microseconds count); the kernel waits for the other to complete.
+    BL_CUDA_CHECK(bl_launch(kernel, dim3((unsigned)grid), dim3(WS_THREADS), smem, stream,
+                            p.totals != nullptr, p));
     return BL_OK;
 }
 
@@ -275,9 +266,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
     // Head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row boxes and
     // its own dq accumulator layout: dense calls always; masked and selected calls where their
-    // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_chosen): only the device
-    // knows the lists, so both kernels are launched and the one not picked returns at once, and
-    // the postprocess reads the same choice (BL_DQ_CHOSEN). Dev variants force either kernel.
+    // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_chosen), on the dense
+    // kernel where the mask keeps every tile (bl_bwd_masked_full): only the device knows the
+    // lists, so the three kernels are launched and those not picked return at once, and the
+    // postprocess reads the same choice (BL_DQ_CHOSEN). Dev variants force either kernel.
     bool rows80 =
         d->head_dim == 128 && tma_kv &&
         (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
@@ -294,7 +286,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, rows80 && masked, &ws, stream));
 
     if (choose) {
-        // The 64-row kernel first: the 80-row one follows as its programmatic dependent.
+        // The 64-row kernel first: the 80-row ones follow as programmatic dependents.
         p.totals = ws.totals;
         bool perm = false;
         const bl_status st =
@@ -306,6 +298,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (rows80) {
         BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, masked, num_cols, stream)
                     : launch_rows80<__half>(p, masked, num_cols, stream));
+        // Last in the chain: the dense 80-row kernel, which runs where the mask keeps every tile.
+        if (choose)
+            BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, false, num_cols, stream)
+                        : launch_rows80<__half>(p, false, num_cols, stream));
     } else {
         bl_status st;
         bool perm = false;

@@ -59,7 +59,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     const size_t tiles80 = (size_t)(dm.batch * dm.heads_q * dm.tiles_m80 * dm.tiles_n);
     size_t o_counts80 = ws_take(&off, cols * sizeof(int));
     size_t o_lists80 = ws_take(&off, tiles80 * sizeof(int));
-    size_t o_totals = ws_take(&off, 2 * sizeof(unsigned long long));
+    size_t o_totals = ws_take(&off, BL_BWD_TOTALS * sizeof(unsigned long long));
     size_t o_sched = ws_take(&off, cols * sizeof(int));
     size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
     size_t o_next = ws_take(&off, sizeof(int));
@@ -140,7 +140,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
     // No early return: the whole warp takes part in the shuffles below.
     const bool live = row < rows;
-    if (totals && tid < 2) totals[tid] = 0;  // summed by the window schedule kernel
+    if (totals && tid < BL_BWD_TOTALS) totals[tid] = 0;  // summed by the window schedule kernel
     if (tid < 2 * BL_BWD_TM_DENSE) unkept_rows[tid] = tid < BL_BWD_TM_DENSE ? INFINITY : 0.0f;
     const int64_t h = row % dm.heads_q;
     const int64_t i = (row / dm.heads_q) % dm.seqlen_q_pad;

@@ -31,3 +31,24 @@ static inline bl_status bl_sm_count(int *sms) {
         bl_status bl_st_ = (expr);                                                            \
         if (bl_st_ != BL_OK) return bl_st_;                                                   \
     } while (0)
+
+// Launches kernel(args...) on `stream`; where `dependent`, as a programmatic dependent launch
+// (cudaLaunchAttributeProgrammaticStreamSerialization): it may be scheduled before the kernel
+// ahead of it on the stream completes (as soon as that one's CTAs have all run
+// griddep_launch_dependents or exited), so it must run griddep_wait (ptx_sm90.cuh) before it
+// touches what that kernel writes, and before it exits if a later kernel relies on both.
+template <typename... Params, typename... Args>
+static inline cudaError_t bl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                    cudaStream_t stream, bool dependent, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = dependent ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}

@@ -331,20 +331,35 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 // causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
        SCHED_RANK_THREADS = 64 };
+
+// The (q head, row tile) pairs of key tile n that the dense walk visits: G * Tm, or under the
+// causal rule G times the row tiles from the first live one on (causal_tile_live grows with m;
+// found by bisection on the lists kernel's own test).
+static __device__ int64_t live_pairs(const bl_bwd_dims &dm, int causal, int64_t n) {
+    int64_t lo = 0, hi = dm.tiles_m;
+    if (causal)
+        while (lo < hi) {
+            const int64_t mid = (lo + hi) / 2;
+            if (causal_tile_live(mid, n, dm.seqlen_q, dm.seqlen_k)) hi = mid;
+            else lo = mid + 1;
+        }
+    return dm.group * (dm.tiles_m - lo);
+}
+
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
-bl_bwd_schedule_window_kernel(const int *__restrict__ counts, const int *__restrict__ counts80,
-                              int num_cols, int window, int parts,
-                              int *__restrict__ schedule, int4 *__restrict__ recs,
+bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
+                              const int *__restrict__ counts80, int num_cols, int window,
+                              int parts, int *__restrict__ schedule, int4 *__restrict__ recs,
                               int *__restrict__ next, unsigned long long *__restrict__ totals) {
     __shared__ __align__(16) int c[SCHED_WINDOW_MAX];
-    __shared__ unsigned long long sums[2];
+    __shared__ unsigned long long sums[BL_BWD_TOTALS];
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
     const int n4 = (n + 3) / 4;  // the counts as int4, padded with INT_MIN (ranks below all)
     const int i = (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x;  // in the window
     for (int j = threadIdx.x; j < 4 * n4; j += SCHED_RANK_THREADS)
         c[j] = j < n ? counts[w0 + j] : INT_MIN;
-    if (threadIdx.x < 2) sums[threadIdx.x] = 0;
+    if (threadIdx.x < BL_BWD_TOTALS) sums[threadIdx.x] = 0;
     __syncthreads();
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
     if (i < n) {
@@ -367,19 +382,21 @@ bl_bwd_schedule_window_kernel(const int *__restrict__ counts, const int *__restr
         recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
     }
     if (counts80) {
-        // The call's entry totals (bl_bwd_rows80_chosen): a warp sum, one shared atomic per
-        // warp, one global one per CTA.
-        unsigned long long s64 = i < n ? (unsigned long long)c[i] : 0ull, s80 = c80;
-        for (int off = 16; off > 0; off >>= 1) {
-            s64 += __shfl_xor_sync(0xffffffffu, s64, off);
-            s80 += __shfl_xor_sync(0xffffffffu, s80, off);
+        // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
+        // shared atomic per warp, one global one per CTA.
+        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull};
+        if (i < n) {
+            s[0] = (unsigned long long)c[i];
+            s[1] = (unsigned long long)c80;
+            s[2] = (unsigned long long)(live_pairs(dm, causal, (w0 + i) % dm.tiles_n) - c[i]);
         }
-        if ((threadIdx.x & 31) == 0) {
-            atomicAdd(&sums[0], s64);
-            atomicAdd(&sums[1], s80);
+#pragma unroll
+        for (int t = 0; t < BL_BWD_TOTALS; ++t) {
+            for (int off = 16; off > 0; off >>= 1) s[t] += __shfl_xor_sync(0xffffffffu, s[t], off);
+            if ((threadIdx.x & 31) == 0) atomicAdd(&sums[t], s[t]);
         }
         __syncthreads();
-        if (threadIdx.x < 2) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
+        if (threadIdx.x < BL_BWD_TOTALS) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         recs[num_cols] = make_int4(-1, 0, 0, 0);
@@ -420,7 +437,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
     bl_bwd_schedule_window_kernel<<<(unsigned)(windows * parts), SCHED_RANK_THREADS, 0, stream>>>(
-        ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts, ws->schedule,
+        dm, causal, ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts, ws->schedule,
         ws->sched_rec, ws->sched_next, ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
