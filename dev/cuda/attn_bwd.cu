@@ -498,10 +498,10 @@ static int run_case(const Case &c) {
     return all_ok;
 }
 
-// Selection alone on synthetic W rows: ties, zeros, an all-zero row, a NaN row, many tiles.
-static int check_selection_synthetic(void) {
-    Case c = {1, 64 * 7, 128 * 1000, 3, 3, 64, 0, BL_DTYPE_BF16, 2, 0, 0.05f, 0, 0};
-    const int Tm = 7, Tn = 1000;
+// Selection alone on synthetic W rows of Tn tiles: ties, zeros, an all-zero row, a NaN row.
+static int check_selection_synthetic(int Tn) {
+    Case c = {1, 64 * 7, 128 * Tn, 3, 3, 64, 0, BL_DTYPE_BF16, 2, 0, 0.05f, 0, 0};
+    const int Tm = 7;
     std::vector<float> W((size_t)c.Hq * Tm * Tn);
     for (size_t r = 0; r < (size_t)c.Hq * Tm; ++r) {
         for (int n = 0; n < Tn; ++n) {
@@ -509,14 +509,14 @@ static int check_selection_synthetic(void) {
             switch (r % 4) {
             case 0: x = (float)floor(urand() * 4) / 64.0f; break;          // many ties
             case 1: x = (float)exp(8.0 * urand()) * (urand() < 0.3); break; // peaky, zeros
-            case 2: x = (float)(1.0 / (1 + abs(n - 500))); break;          // banded
+            case 2: x = (float)(1.0 / (1 + abs(n - Tn / 2))); break;       // banded
             default: x = (float)urand(); break;
             }
             W[r * Tn + n] = x;
         }
     }
     for (int n = 0; n < Tn; ++n) W[5 * Tn + n] = 0.0f;  // no mass: keeps nothing
-    W[6 * Tn + 17] = NAN;                              // non-finite: keeps all
+    W[6 * Tn + Tn / 3] = NAN;                          // non-finite: keeps all
     int fails = 0;
     const float negls[] = {0.0f, 0.01f, 0.05f, 0.3f, 0.9f};
     float *d_W = (float *)dev_upload(W.data(), W.size() * 4);
@@ -864,6 +864,9 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
+        // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)
+        cases.push_back({1, 70, 5000, 2, 1, 64, 0, BF, 2, 0, 0.1f, 0, 0});
+        cases.push_back({1, 40, 128 * 1100, 1, 1, 64, 0, BF, 2, 0, 0.1f, 0, 0});
     } else {
         //            B  Sq   Sk   Hq Hk D   causal dt mode keep negl padded nan
         cases.push_back({1, 128, 128, 1, 1, 64, 0, BF, 0, 0, 0, 0, 0});
@@ -911,7 +914,11 @@ int main(int argc, char **argv) {
     const bool quick = !strcmp(what, "small") || !strcmp(what, "small64");
     if (!quick) fails += !check_tile_reference();
     for (auto &c : cases) fails += !run_case(c);
-    if (!quick) fails += !check_selection_synthetic();
+    // Tn over every register-sort width of the warp selection kernel (1..32 keys per lane) and
+    // beyond it (the shared-memory sort).
+    if (!quick)
+        for (int tn : {1, 7, 33, 100, 256, 300, 1000, 1024, 1500})
+            fails += !check_selection_synthetic(tn);
     printf("%s: %d case(s) failed\n", what, fails);
     return fails ? 1 : 0;
 }

@@ -7,9 +7,12 @@
 #include "cuda_check.cuh"
 #include "bwd_common.cuh"
 
-// ---- selection: one CTA per (b, h, m) row of W ----
-
-enum { SEL_THREADS = 256 };
+// ---- selection: one CTA per (b, h, m) row of W, the sort in shared memory ----
+// Rows of more than 32 * SEL_WARP_MAX_KEYS tiles (Sk > 131072); shorter ones take the warp
+// kernel below. Small CTAs: the row's two sums are sequential on one thread (the contract's
+// order, bit for bit with the CPU rule), so the SM needs many rows in flight to hide them (at
+// 16k x 16 x 128, 256 threads: 100 us a call, 64 threads: 51 us; bench/results/bwd-s17.txt).
+enum { SEL_THREADS = 64 };
 // Padding key of the sort: sorts after every real (W, n) key.
 #define SEL_PAD_KEY 0xffffffffffffffffull
 
@@ -21,15 +24,23 @@ static __device__ __forceinline__ uint32_t sel_order_bits(float w) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// w: (rows, Tn) fp32 row-major; mask: (rows, Tn) uint8. Dynamic shared memory: the sort keys
-// (tn_pow2 uint64: W's order bits above the tile index, so (p asc, n asc) is one integer order)
-// followed by the row's Tn values.
+// Dynamic shared memory of one row: the sort keys (tn_pow2 uint64: W's order bits above the tile
+// index, so (p asc, n asc) is one integer order), the sorted tiles' shares p (tn doubles), the
+// row's Tn values of W.
+static size_t sel_smem_bytes(int64_t tn, int64_t tn_pow2) {
+    return (size_t)tn_pow2 * sizeof(unsigned long long) + (size_t)tn * sizeof(double) +
+           (size_t)tn * sizeof(float);
+}
+
+// w: (rows, Tn) fp32 row-major; mask: (rows, Tn) uint8.
 __global__ void __launch_bounds__(SEL_THREADS)
 bl_select_kernel(const float *__restrict__ w_all, int tn, int tn_pow2, double negl_prob,
                  uint8_t *__restrict__ mask_all) {
     extern __shared__ unsigned long long sel_smem[];
     unsigned long long *keys = sel_smem;
-    float *w = reinterpret_cast<float *>(keys + tn_pow2);
+    double *share = reinterpret_cast<double *>(keys + tn_pow2);
+    float *w = reinterpret_cast<float *>(share + tn);
+    __shared__ double s_total;
     __shared__ int s_skip;
 
     const int64_t row = blockIdx.x;
@@ -68,20 +79,32 @@ bl_select_kernel(const float *__restrict__ w_all, int tn, int tn_pow2, double ne
 
     // The sums are sequential in double, in the contract's order (T over n ascending, the
     // cumulative sum over the sorted order), so the mask matches the CPU backend bit for bit.
+    // The shares between them are independent correctly rounded divisions, as on the CPU: those
+    // run in parallel, not inside the sequential loop.
     if (threadIdx.x == 0) {
         double total = 0.0;
+#pragma unroll 8
         for (int n = 0; n < tn; ++n) total += (double)w[n];
+        s_total = total;
+    }
+    __syncthreads();
+    const double total = s_total;
+    const bool shares = isfinite(total) && total > 0.0;
+    if (shares)
+        for (int i = threadIdx.x; i < tn; i += SEL_THREADS)
+            share[i] = (double)w[(int)(keys[i] & 0xffffffffu)] / total;
+    __syncthreads();
+    if (threadIdx.x == 0) {
         int skip;
         if (!isfinite(total)) {
             skip = 0;  // NaN/inf statistics: keep everything so NaN reaches the gradients
-        } else if (total <= 0.0) {
+        } else if (!shares) {
             skip = tn;  // no mass at all (no valid row): nothing to compute
         } else {
             double cum = 0.0;
             skip = 0;
             while (skip < tn) {
-                int n = (int)(keys[skip] & 0xffffffffu);
-                cum += (double)w[n] / total;
+                cum += share[skip];
                 if (!(cum < negl_prob)) break;
                 ++skip;
             }
@@ -96,23 +119,162 @@ bl_select_kernel(const float *__restrict__ w_all, int tn, int tn_pow2, double ne
     }
 }
 
+// ---- selection, one warp per row (Tn <= 32 * SEL_WARP_MAX_KEYS): the sort in registers ----
+// The shared-memory sort above is bound by shared-memory bandwidth (every pass reads and writes
+// the row's keys: 36 passes over 2 KB per row at Tn = 256). Here lane l holds sorted positions
+// l*E .. l*E+E-1 in registers: pairs closer than E are compare-exchanged in the lane, the others
+// through shuffles. The sums stay sequential on lane 0 (the contract's order), the shares
+// parallel. 16k x 16 x 128 (Tn = 256): 27 us a call, against 51 us for the shared-memory sort on
+// 64 threads and 120 us for the single-CTA-per-row kernel with its divisions inside the
+// sequential loop that came before (bench/results/bwd-s17.txt).
+enum { SEL_WARP_ROWS = 4, SEL_WARP_MAX_KEYS = 32 };  // rows (warps) per CTA; keys per lane
+
+template <int E>
+__global__ void __launch_bounds__(32 * SEL_WARP_ROWS)
+bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, double negl_prob,
+                      uint8_t *__restrict__ mask_all) {
+    constexpr int N = 32 * E;  // the row's keys, padded to a power of two
+    constexpr unsigned FULL = 0xffffffffu;
+    __shared__ double s_share[SEL_WARP_ROWS][N];  // the shares p in sorted order
+    __shared__ float s_w[SEL_WARP_ROWS][N];       // the row of W in tile order
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * SEL_WARP_ROWS + wid;
+    if (row >= rows) return;  // a whole warp; nothing below syncs beyond the warp
+    const float *w_row = w_all + row * tn;
+    uint8_t *mask_row = mask_all + row * tn;
+    double *share = s_share[wid];
+    float *w = s_w[wid];
+
+    unsigned long long key[E];
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+        const int i = lane * E + r;
+        const float x = i < tn ? w_row[i] : 0.0f;
+        if (i < tn) w[i] = x;
+        key[r] = i < tn ? ((unsigned long long)sel_order_bits(x) << 32) | (unsigned)i : SEL_PAD_KEY;
+    }
+
+    // Bitonic sort, ascending: position i = l*E + r ends up holding the i-th smallest key. The
+    // element of the pair (i, i ^ j) with the lower index takes the minimum where the run of k
+    // ascends ((i & k) == 0), the other the maximum.
+#pragma unroll
+    for (int k = 2; k <= N; k <<= 1) {
+#pragma unroll
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            if (j >= E) {
+#pragma unroll
+                for (int r = 0; r < E; ++r) {
+                    const int i = lane * E + r;
+                    const unsigned long long other = __shfl_xor_sync(FULL, key[r], j / E);
+                    const bool take_min = ((i & j) == 0) == ((i & k) == 0);
+                    key[r] = take_min ? min(key[r], other) : max(key[r], other);
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < E; ++r) {
+                    if (r & j) continue;
+                    const bool ascending = ((lane * E + r) & k) == 0;
+                    const unsigned long long a = key[r], b = key[r | j];
+                    if ((a > b) == ascending) {
+                        key[r] = b;
+                        key[r | j] = a;
+                    }
+                }
+            }
+        }
+    }
+    __syncwarp();  // w is complete
+
+    double total = 0.0;
+    if (lane == 0) {
+#pragma unroll 8
+        for (int n = 0; n < tn; ++n) total += (double)w[n];
+    }
+    total = __shfl_sync(FULL, total, 0);
+    const bool shares = isfinite(total) && total > 0.0;
+    if (shares) {
+#pragma unroll
+        for (int r = 0; r < E; ++r) {
+            const int i = lane * E + r;
+            if (i < tn) share[i] = (double)w[(int)(key[r] & 0xffffffffu)] / total;
+        }
+    }
+    __syncwarp();  // share is complete
+    int skip = 0;
+    if (lane == 0) {
+        if (!isfinite(total)) {
+            skip = 0;  // NaN/inf statistics: keep everything so NaN reaches the gradients
+        } else if (!shares) {
+            skip = tn;  // no mass at all (no valid row): nothing to compute
+        } else {
+            // The running sum in chunks of 8 shares loaded ahead (the loads do not wait on it).
+            constexpr int CHUNK = 8;
+            double cum = 0.0;
+            bool stop = false;
+            for (int base = 0; base < tn && !stop; base += CHUNK) {
+                double v[CHUNK];
+#pragma unroll
+                for (int u = 0; u < CHUNK; ++u) v[u] = base + u < tn ? share[base + u] : 0.0;
+#pragma unroll
+                for (int u = 0; u < CHUNK; ++u) {
+                    if (stop || base + u >= tn) break;
+                    cum += v[u];
+                    if (!(cum < negl_prob)) stop = true;
+                    else ++skip;
+                }
+            }
+        }
+    }
+    skip = __shfl_sync(FULL, skip, 0);
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+        const int i = lane * E + r;  // sorted position; the padding keys sort last
+        if (i < tn) mask_row[(int)(key[r] & 0xffffffffu)] = (uint8_t)(i >= skip);
+    }
+}
+
+template <int E>
+static bl_status launch_select_warp(int64_t rows, int tn, const float *tile_mass, float negl_prob,
+                                    uint8_t *mask, cudaStream_t stream) {
+    const int64_t ctas = (rows + SEL_WARP_ROWS - 1) / SEL_WARP_ROWS;
+    if (ctas > INT32_MAX)
+        return bl_set_error(BL_ERR_UNSUPPORTED, "B*Hq*Tm = %lld row tiles exceeds the grid limit",
+                            (long long)rows);
+    bl_select_warp_kernel<E><<<(unsigned)ctas, 32 * SEL_WARP_ROWS, 0, stream>>>(
+        tile_mass, rows, tn, (double)negl_prob, mask);
+    BL_CUDA_CHECK_LAUNCH("bl_select_warp_kernel");
+    return BL_OK;
+}
+
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream) {
     const int64_t rows = dm.batch * dm.heads_q * dm.tiles_m;
     const int64_t tn = dm.tiles_n;
     int64_t tn_pow2 = 1;
     while (tn_pow2 < tn) tn_pow2 <<= 1;
-    const size_t smem = (size_t)tn_pow2 * sizeof(unsigned long long) + (size_t)tn * sizeof(float);
+    if (rows == 0) return BL_OK;
+    if (tn_pow2 <= 32 * SEL_WARP_MAX_KEYS) {
+        const int e = tn_pow2 <= 32 ? 1 : (int)(tn_pow2 / 32);
+        const float *w = tile_mass;
+        switch (e) {
+            case 1: return launch_select_warp<1>(rows, (int)tn, w, negl_prob, mask, stream);
+            case 2: return launch_select_warp<2>(rows, (int)tn, w, negl_prob, mask, stream);
+            case 4: return launch_select_warp<4>(rows, (int)tn, w, negl_prob, mask, stream);
+            case 8: return launch_select_warp<8>(rows, (int)tn, w, negl_prob, mask, stream);
+            case 16: return launch_select_warp<16>(rows, (int)tn, w, negl_prob, mask, stream);
+            default: return launch_select_warp<32>(rows, (int)tn, w, negl_prob, mask, stream);
+        }
+    }
+    const size_t smem = sel_smem_bytes(tn, tn_pow2);
     int dev = 0, smem_max = 0;
     BL_CUDA_CHECK(cudaGetDevice(&dev));
     BL_CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    // (room for the static s_total / s_skip)
     if (smem > (size_t)smem_max - 1024)
         return bl_set_error(BL_ERR_UNSUPPORTED,
                             "seqlen_k = %lld gives %lld key tiles per row; the CUDA selection "
-                            "sorts a row in shared memory and supports up to %lld",
-                            (long long)dm.seqlen_k, (long long)tn,
-                            (long long)((smem_max - 1024) / 12));
-    if (rows == 0) return BL_OK;
+                            "sorts a row in shared memory (%zu bytes; this device allows %d)",
+                            (long long)dm.seqlen_k, (long long)tn, smem, smem_max - 1024);
     if (rows > INT32_MAX)
         return bl_set_error(BL_ERR_UNSUPPORTED, "B*Hq*Tm = %lld row tiles exceeds the grid limit",
                             (long long)rows);
