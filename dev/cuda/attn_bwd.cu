@@ -469,17 +469,10 @@ static int run_case(const Case &c) {
         pick = bl_bwd_masked_full(tot)    ? " [80 rows, dense]"
                : bl_bwd_rows80_chosen(tot) ? " [80 rows]"
                                            : " [64 rows]";
-        // A mask that keeps every tile the causal rule leaves must take the dense kernel, and
-        // no other mask may.
-        bool full = true;
-        for (size_t r = 0; r < (size_t)c.B * c.Hq * Tm; ++r) {
-            const int64_t m = (int64_t)(r % Tm);
-            for (int64_t n = 0; n < Tn; ++n) {
-                const int64_t last_row = std::min<int64_t>((m + 1) * BL_TILE_M, c.Sq) - 1;
-                const bool live = !c.causal || n * BL_TILE_N <= last_row + c.Sk - c.Sq;
-                if (live && !mask[r * Tn + n]) full = false;
-            }
-        }
+        // A mask that keeps every tile of a call without a causal mask must take the dense
+        // kernel, and no other mask may (causal calls never do: bl_bwd_masked_full).
+        const bool full = !c.causal && std::all_of(mask.begin(), mask.end(),
+                                                   [](uint8_t x) { return x != 0; });
         if (bl_bwd_masked_full(tot) != full) ok = 0;
     }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "

@@ -267,9 +267,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // Head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row boxes and
     // its own dq accumulator layout: dense calls always; masked and selected calls where their
     // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_chosen), on the dense
-    // kernel where the mask keeps every tile (bl_bwd_masked_full): only the device knows the
-    // lists, so the three kernels are launched and those not picked return at once, and the
-    // postprocess reads the same choice (BL_DQ_CHOSEN). Dev variants force either kernel.
+    // kernel where a mask without a causal one keeps every tile (bl_bwd_masked_full): only the
+    // device knows the lists, so the kernels are launched and those not picked return at once,
+    // and the postprocess reads the same choice (BL_DQ_CHOSEN). Dev variants force either kernel.
     bool rows80 =
         d->head_dim == 128 && tma_kv &&
         (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
@@ -298,8 +298,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (rows80) {
         BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, masked, num_cols, stream)
                     : launch_rows80<__half>(p, masked, num_cols, stream));
-        // Last in the chain: the dense 80-row kernel, which runs where the mask keeps every tile.
-        if (choose)
+        // Last in the chain without a causal mask: the dense 80-row kernel, which runs where the
+        // mask keeps every tile.
+        if (choose && !d->causal)
             BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, false, num_cols, stream)
                         : launch_rows80<__half>(p, false, num_cols, stream));
     } else {

@@ -49,9 +49,9 @@ struct bl_bwd_workspace {
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
     // {sum of counts, sum of counts80, tiles missing} over the call's key tiles, where the last
-    // counts the (q head, row tile, key tile) triples the dense walk visits and the mask drops:
-    // which kernel takes a masked head-dim-128 call, read by all three on the device
-    // (bl_bwd_rows80_chosen, bl_bwd_masked_full).
+    // counts the (q head, row tile) pairs of each key tile that the mask drops, without a causal
+    // mask (with one, 1 per key tile: never full): which kernel takes a masked head-dim-128
+    // call, read by all of them on the device (bl_bwd_rows80_chosen, bl_bwd_masked_full).
     unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
     int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, its count80, 0}; the last {-1, 0, 0, 0}
@@ -69,17 +69,22 @@ inline bool bl_bwd_r80_lists_fit(const bl_bwd_dims &dm) {
            dm.group < (1 << (31 - BL_R80_ENTRY_HL_SHIFT));
 }
 enum { BL_BWD_TOTALS = 3 };
-// A masked call whose mask keeps every tile the dense walk visits computes exactly the dense
+// A masked call without a causal mask whose mask keeps every tile computes exactly the dense
 // gradients: the dense 80-row kernel runs it (the masked one's list decoding cost it 1.4-2 % on
-// such calls, bench/results/bench-2026-11-30-s16.txt).
+// such calls, bench/results/bench-2026-11-30-s16.txt). With a causal mask the masked kernel
+// runs at the dense one's speed, and the pick cost the dense causal kernel its code
+// (bench/results/bwd-s17.txt): such calls are never full.
 __host__ __device__ inline bool bl_bwd_masked_full(const unsigned long long *totals) {
     return totals[2] == 0;
+}
+// Whether a masked call's 80-row entries cost less than its 64-row ones.
+__host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals) {
+    return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
 }
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals) {
-    return bl_bwd_masked_full(totals) ||
-           totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
+    return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals);
 }
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);

@@ -149,17 +149,24 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
 // through their lse: r80_tma_row_tile); else every entry the causal mask leaves.
 template <typename T, bool CAUSAL, bool LISTS>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
-    // A masked call launches version 10, this kernel with LISTS and this kernel without, each
-    // the programmatic dependent of the one before (attn_bwd_sm90.cu): each may start while the
-    // one before still runs, so it first waits for it to finish (the postprocess, launched
-    // after the last, reads what any of them wrote), then returns unless the entry totals pick
-    // it: the dense walk where the mask keeps every tile it visits, else the lists if their
-    // entries cost less than version 10's.
+    // A masked call launches version 10, this kernel with LISTS and, without a causal mask,
+    // this kernel without LISTS, each the programmatic dependent of the one before
+    // (attn_bwd_sm90.cu): each may start while the one before still runs, so it first waits for
+    // it to finish (the postprocess, launched after the last, reads what any of them wrote),
+    // then returns unless the entry totals pick it: without a causal mask the dense walk where
+    // the mask keeps every tile (bl_bwd_masked_full), else the lists if their entries cost less
+    // than version 10's. (The causal kernels keep the code they had before the dense pick:
+    // their SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
     if (p.totals != nullptr) {
-        if (LISTS) griddep_launch_dependents();
-        griddep_wait();
-        const bool full = bl_bwd_masked_full(p.totals);
-        if (LISTS ? full || !bl_bwd_rows80_chosen(p.totals) : !full) return;
+        if constexpr (CAUSAL) {
+            griddep_wait();
+            if (!bl_bwd_rows80_cheaper(p.totals)) return;
+        } else {
+            if (LISTS) griddep_launch_dependents();
+            griddep_wait();
+            const bool full = bl_bwd_masked_full(p.totals);
+            if (LISTS ? full || !bl_bwd_rows80_cheaper(p.totals) : !full) return;
+        }
     }
     constexpr int D = 128;
     using L = r80_smem;

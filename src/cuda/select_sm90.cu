@@ -495,20 +495,6 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
        SCHED_RANK_THREADS = 64 };
 
-// The (q head, row tile) pairs of key tile n that the dense walk visits: G * Tm, or under the
-// causal rule G times the row tiles from the first live one on (causal_tile_live grows with m;
-// found by bisection on the lists kernel's own test).
-static __device__ int64_t live_pairs(const bl_bwd_dims &dm, int causal, int64_t n) {
-    int64_t lo = 0, hi = dm.tiles_m;
-    if (causal)
-        while (lo < hi) {
-            const int64_t mid = (lo + hi) / 2;
-            if (causal_tile_live(mid, n, dm.seqlen_q, dm.seqlen_k)) hi = mid;
-            else lo = mid + 1;
-        }
-    return dm.group * (dm.tiles_m - lo);
-}
-
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window,
@@ -551,7 +537,9 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         if (i < n) {
             s[0] = (unsigned long long)c[i];
             s[1] = (unsigned long long)c80;
-            s[2] = (unsigned long long)(live_pairs(dm, causal, (w0 + i) % dm.tiles_n) - c[i]);
+            // the pairs the mask drops (every column has G * Tm without a causal mask); with
+            // one, 1: never full (bl_bwd_masked_full)
+            s[2] = causal ? 1ull : (unsigned long long)(dm.group * dm.tiles_m - c[i]);
         }
 #pragma unroll
         for (int t = 0; t < BL_BWD_TOTALS; ++t) {
