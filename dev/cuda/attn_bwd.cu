@@ -499,10 +499,11 @@ static int check_selection_synthetic(int Tn) {
     for (size_t r = 0; r < (size_t)c.Hq * Tm; ++r) {
         for (int n = 0; n < Tn; ++n) {
             float x;
-            switch (r % 4) {
+            switch (r % 5) {
             case 0: x = (float)floor(urand() * 4) / 64.0f; break;          // many ties
             case 1: x = (float)exp(8.0 * urand()) * (urand() < 0.3); break; // peaky, zeros
             case 2: x = (float)(1.0 / (1 + abs(n - Tn / 2))); break;       // banded
+            case 3: x = 1.0f; break;  // running sums that meet negl_prob 0.25 / 0.5 exactly
             default: x = (float)urand(); break;
             }
             W[r * Tn + n] = x;
@@ -510,8 +511,12 @@ static int check_selection_synthetic(int Tn) {
     }
     for (int n = 0; n < Tn; ++n) W[5 * Tn + n] = 0.0f;  // no mass: keeps nothing
     W[6 * Tn + Tn / 3] = NAN;                          // non-finite: keeps all
+    W[11 * Tn + Tn / 2] = INFINITY;                    // the same
+    W[10 * Tn] = -1.0f;  // not a probability mass (a user's W): the sequential rule still holds
     int fails = 0;
-    const float negls[] = {0.0f, 0.01f, 0.05f, 0.3f, 0.9f};
+    // (0.25 and 0.5 against the constant rows: the selection's parallel decision must hand
+    // such rows to the sequential one, select_sm90.cu sel_fast_skip)
+    const float negls[] = {0.0f, 0.01f, 0.05f, 0.25f, 0.3f, 0.5f, 0.9f};
     float *d_W = (float *)dev_upload(W.data(), W.size() * 4);
     uint8_t *d_mask;
     CK(cudaMalloc(&d_mask, W.size()));

@@ -1,6 +1,7 @@
 // select_sm90.cu -- tile selection on the GPU (W -> block mask) and the backward's work lists
 // (block mask -> per-key-tile lists of kept (q head, row tile) pairs, and a schedule of the key
 // tiles). Implements bl_cuda_select_tiles.
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include "backend.h"
@@ -124,10 +125,140 @@ bl_select_kernel(const float *__restrict__ w_all, int tn, int tn_pow2, double ne
 // the row's keys: 36 passes over 2 KB per row at Tn = 256). Here lane l holds sorted positions
 // l*E .. l*E+E-1 in registers: pairs closer than E are compare-exchanged in the lane, the others
 // through shuffles. The sums stay sequential on lane 0 (the contract's order), the shares
-// parallel. 16k x 16 x 128 (Tn = 256): 27 us a call, against 51 us for the shared-memory sort on
-// 64 threads and 120 us for the single-CTA-per-row kernel with its divisions inside the
-// sequential loop that came before (bench/results/bwd-s17.txt).
+// parallel; a parallel decision (sel_fast_skip) takes every row where it provably agrees with
+// the sequential one. 16k x 16 x 128 (Tn = 256): 15 us a call (23.6 us with every row decided
+// sequentially), against 51 us for the shared-memory sort on 64 threads and 120 us for the
+// single-CTA-per-row kernel with its divisions inside the sequential loop that came before
+// (bench/results/bwd-s17.txt).
 enum { SEL_WARP_ROWS = 4, SEL_WARP_MAX_KEYS = 32 };  // rows (warps) per CTA; keys per lane
+
+// The contract's decision for a row whose sorted keys the warp holds (lane l: sorted positions
+// l*E + r), exactly as the CPU rule computes it: the total T in tile order, the shares
+// p = w / T, their running sum in sorted order, each sequential in double on lane 0 (the
+// divisions in parallel). Returns the skipped prefix's length on every lane. Needs share[tn].
+// The running sum is most of the kernel's time where every row takes this path (ncu source
+// page, bench/results/bwd-s17.txt run 6).
+template <int E>
+__device__ __forceinline__ int sel_exact_skip(const float *w, double *share, const unsigned long long (&key)[E],
+                              int tn, double negl_prob, int lane) {
+    constexpr unsigned FULL = 0xffffffffu;
+    double total = 0.0;
+    if (lane == 0) {
+#pragma unroll 8
+        for (int n = 0; n < tn; ++n) total += (double)w[n];
+    }
+    total = __shfl_sync(FULL, total, 0);
+    const bool shares = isfinite(total) && total > 0.0;
+    if (shares) {
+#pragma unroll
+        for (int r = 0; r < E; ++r) {
+            const int i = lane * E + r;
+            if (i < tn) share[i] = (double)w[(int)(key[r] & 0xffffffffu)] / total;
+        }
+    }
+    __syncwarp();  // share is complete
+    int skip = 0;
+    if (lane == 0) {
+        if (!isfinite(total)) {
+            skip = 0;  // NaN/inf statistics: keep everything so NaN reaches the gradients
+        } else if (!shares) {
+            skip = tn;  // no mass at all (no valid row): nothing to compute
+        } else {
+            // The running sum over every share, in chunks of 8 loaded ahead, and the first
+            // position that reaches negl_prob taken by a min, not a branch: the additions are the
+            // only chain (an early exit's compare-and-branch per share cost 14 %: 27.0 -> 23.4
+            // us at 16k x 16, bench/results/bwd-s17.txt).
+            constexpr int CHUNK = 8;
+            double cum = 0.0;
+            skip = tn;
+            for (int base = 0; base < tn; base += CHUNK) {
+                double v[CHUNK];
+#pragma unroll
+                for (int u = 0; u < CHUNK; ++u) v[u] = base + u < tn ? share[base + u] : 0.0;
+#pragma unroll
+                for (int u = 0; u < CHUNK; ++u) {
+                    cum += v[u];
+                    skip = min(skip, !(cum < negl_prob) ? base + u : tn);
+                }
+            }
+        }
+    }
+    return __shfl_sync(FULL, skip, 0);
+}
+
+// Margin of the parallel decision: the sums it compares with negl_prob are within
+// 4 gamma_n + 3u < 5e-13 of the sequential ones (below), n <= 1024 terms; twice that, rounded up.
+#define SEL_FAST_MARGIN 1e-12
+
+// The same decision from sums in parallel, where it provably agrees with the sequential one;
+// else -1 (then sel_exact_skip decides). Why it agrees: for shares x_i >= 0 every summation
+// order of k + 1 terms is within gamma_k = k u / (1 - k u) (u = 2^-53) of the exact sum, relative
+// to it; so the tree total T' is within 2 gamma_n of the sequential T, the shares w / T' within
+// 2 gamma_n + 3u of w / T, and the warp's prefix sums P(k) within 4 gamma_n + 3u (< 5e-13 for
+// n <= 1024) of the sequential running sums S(k), which never decrease (x_i >= 0, rounding is
+// monotone). With k* the first position where P(k*) >= negl_prob: if P(k*) >= negl_prob + margin
+// then S(k*) >= negl_prob, and if P(k* - 1) < negl_prob - margin then S(k) < negl_prob for every
+// k < k*: the sequential rule skips exactly k*. Rows with a NaN, an infinity, a negative value or
+// no mass, and those whose negl_prob falls within the margin of the crossing, go the exact way.
+template <int E>
+__device__ __forceinline__ int sel_fast_skip(const float *w, const unsigned long long (&key)[E], int tn,
+                             double negl_prob, int lane) {
+    constexpr unsigned FULL = 0xffffffffu;
+    double total = 0.0;  // a butterfly: every lane ends with the same bits
+    bool clean = true;
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+        const int i = lane * E + r;
+        if (i < tn) {
+            const float x = w[i];
+            clean = clean && x >= 0.0f && x <= FLT_MAX;  // finite, not negative, not NaN
+            total += (double)x;
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(FULL, total, off);
+    if (!__all_sync(FULL, clean) || !(total > 0.0)) return -1;
+    if (!(negl_prob > 0.0)) return 0;  // S(0) >= 0 >= negl_prob: nothing is skipped
+    // P(l*E + r) = (sum of the lanes before l) + (lane l's own shares up to r)
+    double p[E];
+    double run = 0.0;
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+        const int i = lane * E + r;
+        run += i < tn ? (double)w[(int)(key[r] & 0xffffffffu)] / total : 0.0;
+        p[r] = run;
+    }
+    double incl = run;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const double v = __shfl_up_sync(FULL, incl, off);
+        if (lane >= off) incl += v;
+    }
+    double before = __shfl_up_sync(FULL, incl, 1);
+    if (lane == 0) before = 0.0;
+    int first = INT_MAX;
+#pragma unroll
+    for (int r = E - 1; r >= 0; --r) {
+        p[r] = before + p[r];
+        if (lane * E + r < tn && p[r] >= negl_prob) first = lane * E + r;
+    }
+    int k = __reduce_min_sync(FULL, first);
+    if (k == INT_MAX) k = tn;  // no prefix reaches negl_prob: check P(tn - 1) only
+    // The lane holding position k (or tn - 1) checks the margins on both sides of the crossing.
+    // (Every lane runs the loop with static indices; a dynamic p[at % E] went to local memory.)
+    const int at = k < tn ? k : tn - 1;
+    bool ok = true;
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+        const double below = r > 0 ? p[r - 1] : before;  // P(at - 1) (none where at == 0)
+        const bool mine = lane * E + r == at;
+        const bool up = p[r] >= negl_prob + SEL_FAST_MARGIN;
+        const bool down = at == 0 || below < negl_prob - SEL_FAST_MARGIN;
+        if (mine) ok = k < tn ? up && down : p[r] < negl_prob - SEL_FAST_MARGIN;
+    }
+    ok = __shfl_sync(FULL, ok, at / E);
+    return ok ? k : -1;
+}
 
 template <int E>
 __global__ void __launch_bounds__(32 * SEL_WARP_ROWS)
@@ -184,49 +315,8 @@ bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, dou
         }
     }
     __syncwarp();  // w is complete
-
-    double total = 0.0;
-    if (lane == 0) {
-#pragma unroll 8
-        for (int n = 0; n < tn; ++n) total += (double)w[n];
-    }
-    total = __shfl_sync(FULL, total, 0);
-    const bool shares = isfinite(total) && total > 0.0;
-    if (shares) {
-#pragma unroll
-        for (int r = 0; r < E; ++r) {
-            const int i = lane * E + r;
-            if (i < tn) share[i] = (double)w[(int)(key[r] & 0xffffffffu)] / total;
-        }
-    }
-    __syncwarp();  // share is complete
-    int skip = 0;
-    if (lane == 0) {
-        if (!isfinite(total)) {
-            skip = 0;  // NaN/inf statistics: keep everything so NaN reaches the gradients
-        } else if (!shares) {
-            skip = tn;  // no mass at all (no valid row): nothing to compute
-        } else {
-            // The running sum over every share, in chunks of 8 loaded ahead, and the first
-            // position that reaches negl_prob taken by a min, not a branch: the additions are the
-            // only chain (an early exit's compare-and-branch per share cost 14 %: 27.0 -> 23.4
-            // us at 16k x 16, bench/results/bwd-s17.txt).
-            constexpr int CHUNK = 8;
-            double cum = 0.0;
-            skip = tn;
-            for (int base = 0; base < tn; base += CHUNK) {
-                double v[CHUNK];
-#pragma unroll
-                for (int u = 0; u < CHUNK; ++u) v[u] = base + u < tn ? share[base + u] : 0.0;
-#pragma unroll
-                for (int u = 0; u < CHUNK; ++u) {
-                    cum += v[u];
-                    skip = min(skip, !(cum < negl_prob) ? base + u : tn);
-                }
-            }
-        }
-    }
-    skip = __shfl_sync(FULL, skip, 0);
+    int skip = sel_fast_skip<E>(w, key, tn, negl_prob, lane);
+    if (skip < 0) skip = sel_exact_skip<E>(w, share, key, tn, negl_prob, lane);
 #pragma unroll
     for (int r = 0; r < E; ++r) {
         const int i = lane * E + r;  // sorted position; the padding keys sort last
