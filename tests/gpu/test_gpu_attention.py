@@ -136,6 +136,45 @@ def test_gpu_select_matches_reference():
         assert torch.equal(got | ambiguous, want | ambiguous), negl_prob
 
 
+@pytest.mark.parametrize("tiles_n", [1, 7, 33, 100, 256, 300, 1024, 1100])
+def test_gpu_select_is_the_cpu_rule_bit_for_bit(tiles_n):
+    """The GPU selection against the CPU backend's, mask for mask: one warp per row up to 1024
+    key tiles (1 to 32 keys per lane; its parallel decision only where it provably agrees with
+    the sequential sums), a shared-memory sort beyond. Rows with ties, zeros, running sums that
+    meet negl_prob exactly (constant rows at 0.25 / 0.5), NaN, inf and a negative value."""
+    g = torch.Generator().manual_seed(tiles_n)
+    w = torch.rand(2, 3, 6, tiles_n, generator=g) ** 4
+    w[0, 0, 1] = 1.0
+    w[0, 0, 2] = (torch.rand(tiles_n, generator=g) * 4).floor() / 64
+    w[0, 1, 0] = 0.0
+    w[0, 1, 1, tiles_n // 2] = math.nan
+    w[0, 1, 2, tiles_n // 3] = math.inf
+    w[0, 1, 3, tiles_n - 1] = -1.0
+    for negl_prob in (0.0, 0.01, 0.25, 0.3, 0.5, 0.9):
+        want = back_lite.select(w, negl_prob)
+        got = back_lite.select(w.to(DEV), negl_prob).cpu()
+        assert torch.equal(got, want), (negl_prob, (got != want).nonzero()[:5].tolist())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal):
+    """A mask that keeps every tile gives the dense call's gradients (without a causal mask the
+    device runs the dense kernel for it, whose dK and dV sum in a fixed order: the same bits;
+    with one, the masked kernel)."""
+    q, k, v = random_qkv(1, 700, 900, 4, 2, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    tm, tn = back_lite.num_tiles(700, 900, DEV)
+    mask = torch.ones(1, 4, tm, tn, dtype=torch.bool, device=DEV)
+    dense = back_lite.backward(dout, q, k, v, out, lse, causal=causal)
+    full = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    for name, a, b in zip(("dq", "dk", "dv"), full, dense):
+        if name == "dq" or causal:  # dq: fp32 reduce-adds from many CTAs, in varying order
+            torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+        else:
+            assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_large_gqa(causal):
     """B=1, S=4096, Hq=8, Hk=2, D=128, bf16: forward, and the explicit-mask backward."""
