@@ -19,7 +19,8 @@
 // `bench64` / `bench128` time the shipped kernel against its cp.async form.
 // `sparse1 [KEEP]` / `sparsec [KEEP]` / `sparse64 [KEEP]`: dense, then one random tile mask
 // keeping KEEP (default 0.01): 16k x 16 x 128 full and causal / causal at 16k x 16 and 32k x 24 /
-// head dim 64. `dense128`: the bench's head-dim-128 shapes (16k x 16, 32k x 24), dense only.
+// head dim 64. `select1`: 16k x 16 x 128 full and causal, dense then the selections from a
+// banded W. `dense128`: the bench's head-dim-128 shapes (16k x 16, 32k x 24), dense only.
 // `densenc`: dense non-causal head dim 128 at 8k, 16k, 32k (the 80-row kernel); `r80ab`: the
 // same shapes, the 80-row kernel against the 64-row one (BL_BWD_VARIANT_WS128_ROWS64), three
 // alternating rounds in one process; `r80ab causal`: the same at 16k x 16 and 32k x 24, causal.
@@ -605,6 +606,7 @@ static double time_bwd(const bl_attn_desc &desc, bl_tensor q, bl_tensor k, bl_te
 static const char *g_vname = "wgmma";
 static int g_full_sweep = 1;  // 0: dense only
 static double g_sparse_only = -1;  // >= 0: of the sparse cases, only the random mask of this keep
+static int g_select_only = 0;      // 1: of the sparse cases, only the selections (banded W)
 static double g_dense_tflops = 0;  // the last bench_shape's dense rate, for bench64's table
 static void bench_shape(int B, int S, int H, int D, int causal) {
     const bl_dtype dt = BL_DTYPE_BF16;
@@ -652,6 +654,7 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
     }
     std::vector<double> keeps = {0.0, 0.01, 0.1, 0.5};
     if (g_sparse_only >= 0) keeps = {g_sparse_only};
+    if (g_select_only) keeps.clear();
     for (double keep : keeps) {
         mask_kernel<<<1024, 256>>>(mask, ntile, keep, 99u);
         double t_s = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, mask, t[5],
@@ -769,6 +772,12 @@ int main(int argc, char **argv) {
                 bench_shape(1, 16384, 16, 128, causal);
                 bench_shape(1, 32768, 24, 128, causal);
             }
+        return 0;
+    }
+    if (!strcmp(what, "select1")) {  // 16k x 16 x 128, full and causal: dense, then selections
+        g_select_only = 1;
+        bench_shape(1, 16384, 16, 128, 0);
+        bench_shape(1, 16384, 16, 128, 1);
         return 0;
     }
     if (!strcmp(what, "onemask")) {  // 8k x 16 x 128: dense, then a random mask keeping argv[2]

@@ -221,7 +221,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     cudaStream_t stream = (cudaStream_t)d->stream;
 
     const uint8_t *tiles = mask;  // NULL: dense
-    if (mask == NULL && negl_prob > 0.0f) {
+    // The selection's rows are latency-bound (sequential sums): the preprocess, launched right
+    // behind it as a programmatic dependent, runs beside it.
+    const bool selecting = mask == NULL && negl_prob > 0.0f;
+    if (selecting) {
         BL_TRY(bl_select_launch(dm, tile_mass, negl_prob, ws.mask, stream));
         tiles = ws.mask;
     }
@@ -282,7 +285,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
     const bool choose = rows80 && masked && g_variant != BL_BWD_VARIANT_WS128_ROWS80;
     bl_dq_layout layout = !rows80 ? BL_DQ_ROWS : choose ? BL_DQ_CHOSEN : BL_DQ_TILES80;
-    BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
+    BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream,
+                                    selecting));
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, rows80 && masked, &ws, stream));
 
     if (choose) {

@@ -115,10 +115,13 @@ enum bl_dq_layout {
 // Floats of the dq accumulator in `layout` (BL_DQ_TILES80 covers the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 
-// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`.
+// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`; dependent:
+// launched right behind the selection, beside which it runs (it touches nothing the selection
+// reads or writes, and waits for it before it completes).
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   const bl_bwd_workspace *ws, cudaStream_t stream);
+                                   const bl_bwd_workspace *ws, cudaStream_t stream,
+                                   bool dependent);
 // bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`.
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
                                     bl_dq_layout layout, bl_tensor dq,
