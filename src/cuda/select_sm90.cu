@@ -141,8 +141,9 @@ enum { SEL_WARP_ROWS = 4, SEL_WARP_MAX_KEYS = 32 };  // rows (warps) per CTA; ke
 // The running sum is most of the kernel's time where every row takes this path (ncu source
 // page, bench/results/bwd-s17.txt run 6).
 template <int E>
-__device__ __forceinline__ int sel_exact_skip(const float *w, double *share, const unsigned long long (&key)[E],
-                              int tn, double negl_prob, int lane) {
+__device__ __forceinline__ int sel_exact_skip(const float *w, double *share,
+                                              const unsigned long long (&key)[E], int tn,
+                                              double negl_prob, int lane) {
     constexpr unsigned FULL = 0xffffffffu;
     double total = 0.0;
     if (lane == 0) {
@@ -203,8 +204,8 @@ __device__ __forceinline__ int sel_exact_skip(const float *w, double *share, con
 // k < k*: the sequential rule skips exactly k*. Rows with a NaN, an infinity, a negative value or
 // no mass, and those whose negl_prob falls within the margin of the crossing, go the exact way.
 template <int E>
-__device__ __forceinline__ int sel_fast_skip(const float *w, const unsigned long long (&key)[E], int tn,
-                             double negl_prob, int lane) {
+__device__ __forceinline__ int sel_fast_skip(const float *w, const unsigned long long (&key)[E],
+                                             int tn, double negl_prob, int lane) {
     constexpr unsigned FULL = 0xffffffffu;
     double total = 0.0;  // a butterfly: every lane ends with the same bits
     bool clean = true;
@@ -587,7 +588,6 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 // causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
        SCHED_RANK_THREADS = 64 };
-
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window,
@@ -681,8 +681,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
     bl_bwd_schedule_window_kernel<<<(unsigned)(windows * parts), SCHED_RANK_THREADS, 0, stream>>>(
-        dm, causal, ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts, ws->schedule,
-        ws->sched_rec, ws->sched_next, ws->totals);
+        dm, causal, ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts,
+        ws->schedule, ws->sched_rec, ws->sched_next, ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }
