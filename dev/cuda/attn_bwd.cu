@@ -722,6 +722,13 @@ int main(int argc, char **argv) {
         bl_bwd_timeline_print();
         return 0;
     }
+    if (!strcmp(what, "timeline64")) {  // the same in the head-dim-64 kernel (8k x 16 x 64)
+        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+        g_full_sweep = 0;
+        bench_shape(1, 8192, 16, 64, 0);
+        bl_bwd_timeline_print();
+        return 0;
+    }
 #endif
     if (!strcmp(what, "sparse1")) {  // one sparse call per shape (random mask, keep 0.01 or argv[2])
         g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
@@ -862,8 +869,11 @@ int main(int argc, char **argv) {
         cases.push_back({1, 256, 300, 4, 2, 64, 0, BF, 0, 0, 0, 0, 1});    // NaN row in head 0
         cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});  // long keys
         cases.push_back({1, 131072, 4096, 1, 1, 64, 0, FP, 1, 0.002, 0, 0, 0, 1});  // long rows
-    } else if (!strcmp(what, "small64")) {  // for compute-sanitizer: one D = 64 case, causal, masked
+    } else if (!strcmp(what, "small64")) {  // for compute-sanitizer: head dim 64, several pairs
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
+        cases.push_back({1, 600, 300, 2, 1, 64, 0, BF, 0, 0, 0, 0, 0});   // 5 pairs per column
+        cases.push_back({1, 520, 700, 2, 2, 64, 1, FP, 0, 0, 0, 0, 0});   // odd lists, causal
+        cases.push_back({1, 900, 400, 2, 1, 64, 0, BF, 1, 0.5, 0, 0, 0}); // masked, odd and even
     } else if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});

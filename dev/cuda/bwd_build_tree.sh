@@ -6,11 +6,12 @@
 #   git archive REV src include dev | tar -x -C /tmp/old
 #   bash dev/cuda/bwd_build_tree.sh old /tmp/old && bash dev/cuda/bwd_build_tree.sh base .
 # then on the device (carry ["build/sedvar"]): bash dev/cuda/bwd_compare.sh "base old" ...
+# EXTRA_NVCC adds nvcc flags, e.g. EXTRA_NVCC=-DBL_BWD_TIMELINE for `attn_bwd timeline64`.
 set -euo pipefail
 name=$1 tree=$2
 out=build/sedvar/$name
 rm -rf "$out" && mkdir -p "$out/o"
-NV="nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT"
+NV="nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT ${EXTRA_NVCC:-}"
 INC="-I $tree/include -I $tree/src -I $tree/src/cuda -I $tree/dev/cuda"
 pids=()
 for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu; do

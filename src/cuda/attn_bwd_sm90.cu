@@ -325,9 +325,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
 
 #ifdef BL_BWD_TIMELINE
 #include <stdio.h>
-// Dev only: prints the clock stamps bwd_ws128_kernel took in its CTA 0 during the last launch
-// (dev/cuda/attn_bwd.cu `timeline`): per point, the mean over entries 4..TL_ITERS-2 of the
-// stamp minus consumer warp 0's loop-top stamp of the same entry.
+// Dev only: prints the clock stamps bwd_ws128_kernel or bwd_ws64_kernel took in its CTA 0 during
+// the last launch (dev/cuda/attn_bwd.cu `timeline`, `timeline64`): per point, the mean over
+// entries (pairs at head dim 64) 4..TL_ITERS-2 of the stamp minus consumer warp 0's loop-top
+// stamp of the same entry.
 extern "C" void bl_bwd_timeline_print(void) {
     using namespace bl_bwd;
     static unsigned tl[3][TL_ITERS][TL_POINTS];

@@ -38,7 +38,8 @@ constexpr int WS_THREADS = THREADS + 128;   // producer warpgroup + the two cons
 constexpr int WS_PRODUCER_REGS = 24;
 constexpr int WS_CONSUMER_REGS = 240;
 // Named barriers of the consumer warpgroups (0 is __syncthreads). Version 10 uses only WS_BAR_DS
-// (once per entry); the head-dim-64 kernel (bwd_ws64_sm90.cuh) both.
+// (once per entry); the head-dim-64 kernel (bwd_ws64_sm90.cuh) WS_BAR_LOOP_TOP (outside its loop)
+// and its own turn barriers 3 and 4.
 constexpr int WS_BAR_LOOP_TOP = 1;
 constexpr int WS_BAR_DS = 2;
 // Shared memory: version 6's layout (wg_smem<128>) plus a second dS buffer at its end, so that
@@ -192,8 +193,9 @@ __device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N
     }
 }
 
-// Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`): SM clock stamps of one CTA's
-// first TL_ITERS entries, lane 0 of consumer warps 0 and 4 (row 0, 1) and the reducer (row 2).
+// Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`, `timeline64`): SM clock stamps of
+// one CTA's first TL_ITERS entries, lane 0 of consumer warps 0 and 4 (row 0, 1) and the reducer
+// (row 2), in this kernel and in bwd_ws64_sm90.cuh (its points: the BL_TLC calls there).
 // Each stamp is one predicated store: a branch around it made ptxas serialise the products
 // (C7517) and distorted the picture (507 instead of 546 TFLOP/s).
 #ifdef BL_BWD_TIMELINE
