@@ -209,24 +209,31 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
             room = room < -2 * BN ? -2 * BN : room;
             causal_limit[e] = p.causal ? (int)room : 2 * BN;
         }
+        // One branch per pair between two copies of the loop: a branch per n8 tile (as before)
+        // cut the 64 exponentials into 16 blocks, and one mask pass after them was if-converted
+        // by ptxas into ~260 predicated instructions on every pair.
+        auto exps = [&](bool masked) {
 #pragma unroll
-        for (int t = 0; t < NQ; ++t) {
-            const int e = t / NQ_ENTRY;  // which entry these 8 queries belong to
-            float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
-            if (e == 1 && empty1) l = make_float2(INFINITY, INFINITY);
-            s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
-            s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
-            s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
-            s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
-            if (need_mask[e]) {
+            for (int t = 0; t < NQ; ++t) {
+                const int e = t / NQ_ENTRY;  // which entry these 8 queries belong to
+                float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+                if (e == 1 && empty1) l = make_float2(INFINITY, INFINITY);
 #pragma unroll
                 for (int x = 0; x < 4; ++x) {
-                    const int jr = kw + lg + ((x >> 1) << 3);              // key - key0
-                    const int ir = 8 * (t % NQ_ENTRY) + 2 * lt + (x & 1);  // query - row0
-                    if (jr >= key_limit || jr - ir > causal_limit[e]) s[4 * t + x] = 0.0f;
+                    s[4 * t + x] = exp2f(fmaf(s[4 * t + x], p.scale_log2, (x & 1) ? -l.y : -l.x));
+                    if (masked) {
+                        const int jr = kw + lg + ((x >> 1) << 3);              // key - key0
+                        const int ir = 8 * (t % NQ_ENTRY) + 2 * lt + (x & 1);  // query - row0
+                        if (need_mask[e] && (jr >= key_limit || jr - ir > causal_limit[e]))
+                            s[4 * t + x] = 0.0f;
+                    }
                 }
             }
-        }
+        };
+        if (need_mask[0] || need_mask[1])
+            exps(true);
+        else
+            exps(false);
 
         // ---- dS^T = P^T * (dP^T - Dlt), then both A operands packed ----
         // Dlt read before the wait: right after it the LDS waited behind the products (-1 %,
