@@ -9,8 +9,9 @@
 //     (named barriers WS64_TURN0 + wg: warpgroup 0's S^T / dP^T, then 1's, then 0's dV / dK,
 //     then 1's, ...), so that one warpgroup's exponentials and dS run while the other's products
 //     do, as FlashAttention-3's forward ping-pong does (version 5 ran both in step, and the
-//     tensor cores idled while both computed exponentials: version 6 is 3-4.5 % faster at
-//     16k x 16 x 64). dS goes between them through a two-buffer ring (DSFULL / DSEMPTY
+//     tensor cores idled while both computed exponentials: the turns took 3-4.5 % off at
+//     16k x 16 x 64, the exponentials' loop without branches 4-6 % more; bench/notes-bwd.md,
+//     seventeenth session). dS goes between them through a two-buffer ring (DSFULL / DSEMPTY
 //     mbarriers): either warpgroup's dQ of pair k needs both key halves. At the end dK / dV go
 //     out by TMA stores from the freed Q buffers.
 #pragma once
