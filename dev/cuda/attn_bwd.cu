@@ -394,7 +394,7 @@ static int run_case(const Case &c) {
     variants.push_back(c.D == 64 ? BL_BWD_VARIANT_WGMMA64_V1 : BL_BWD_VARIANT_WGMMA128_V3B);
     // The shipped kernel without TMA: what the library runs where Q / dO cannot be described.
     variants.push_back(BL_BWD_VARIANT_CPASYNC_ROWS);
-    // The previous TMA kernels (shipped: version 10 at D = 128, version 5 at D = 64).
+    // The previous TMA kernels (shipped: version 10 at D = 128, version 6 at D = 64).
     variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
     // The persistent head-dim-128 kernel on 3 CTAs: each walks several columns.
     if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WS128_FEW_CTAS);

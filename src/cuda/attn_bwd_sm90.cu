@@ -41,7 +41,7 @@
 // on 80-row entries.
 #include "bwd_ws128r80_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
-// and with TMA version 5, the same with a producer warpgroup.
+// and with TMA version 6, the same with a producer warpgroup and warpgroups that take turns.
 #include "bwd_wgmma64p_sm90.cuh"
 #include "bwd_ws64_sm90.cuh"
 

@@ -139,7 +139,7 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //     instead of TMA (head dim 128: version 4; 64: the paired kernel as first measured), as the
 //     library runs them where TMA cannot describe Q or dO.
 //   WGMMA64_V4: head dim 64 as the paired kernel with TMA (bwd_wgmma64p_sm90.cuh version 4: no
-//     producer warpgroup) instead of version 5 (bwd_ws64_sm90.cuh).
+//     producer warpgroup) instead of version 6 (bwd_ws64_sm90.cuh).
 //   WGMMA128_V6: head dim 128 as version 6 (bwd_wgmma_sm90.cuh: no producer warpgroup, every
 //     warp issues its own dQ reduce-adds) instead of version 10 (bwd_ws128_sm90.cuh).
 //   WS128_FEW_CTAS: the shipped head-dim-128 kernels (persistent) on at most 3 CTAs instead of

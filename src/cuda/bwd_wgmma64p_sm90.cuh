@@ -24,7 +24,7 @@
 // (1, 16384, 16, 64), +28-29 % on every D = 64 shape; FlashAttention-2 in the same run: 278.
 // The deferred dQ (bench/results/bwd64-v3dq-ab.txt, dev checker): 283.9 -> 327.6 TFLOP/s there,
 // +14-16 % on every D = 64 shape (one barrier fewer per pair, the reductions under S^T).
-// Version 4 (TMA_ROWS; the library runs version 5, bwd_ws64_sm90.cuh, this kernel's math with a
+// Version 4 (TMA_ROWS; the library runs version 6, bwd_ws64_sm90.cuh, this kernel's math with a
 // producer warpgroup, where TMA can describe Q and dO): thread 0 loads each pair with
 // TMA instead of every thread issuing cp.async (bench/results/bwd64-tma-run.txt: +3.8-6.2 %),
 // and each warp's dQ block goes out as 2 TMA reduce-adds instead of float4 atomics.
