@@ -195,7 +195,8 @@ __device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N
 
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`, `timeline64`): SM clock stamps of
 // one CTA's first TL_ITERS entries, lane 0 of consumer warps 0 and 4 (row 0, 1) and the reducer
-// (row 2), in this kernel and in bwd_ws64_sm90.cuh (its points: the BL_TLC calls there).
+// (row 2), in this kernel and in bwd_ws64_sm90.cuh (its points: the BL_TLC calls there; it
+// stamps no reducer row, so `timeline64` prints that row from stale memory).
 // Each stamp is one predicated store: a branch around it made ptxas serialise the products
 // (C7517) and distorted the picture (507 instead of 546 TFLOP/s).
 #ifdef BL_BWD_TIMELINE
