@@ -715,8 +715,8 @@ static int check_tile_reference(void) {
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "check";
 #ifdef BL_BWD_TIMELINE
-    if (!strcmp(what, "timeline")) {  // one CTA's clock stamps in the shipped head-dim-128 kernel
-        bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
+    if (!strcmp(what, "timeline")) {  // one CTA's clock stamps in the 64-row head-dim-128 kernel
+        bl_bwd_set_variant(BL_BWD_VARIANT_WS128_ROWS64);  // (dense calls take the 80-row one)
         g_full_sweep = 0;
         bench_shape(1, 8192, 16, 128, 0);
         bl_bwd_timeline_print();
