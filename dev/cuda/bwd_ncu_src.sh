@@ -4,7 +4,7 @@
 # throughput). One device call; needs build/dev from `bash dev/cuda/run_device_bwd.sh build`
 # (carry it: carry=["build/dev"]).
 # Usage (repo root, on the GPU machine): bash dev/cuda/bwd_ncu_src.sh [steps]
-# steps: src128 src64 src80 src80m (ncu source page, SASS with stall samples per instruction, as
+# steps: src128 src64 src80 src80m src128s (ncu source page, SASS with stall samples per instruction, as
 # $OUT/src-one*.csv.gz; summarise with dev/cuda/ncu_src_summary.py), details (the D = 128
 # kernel's memory / scheduler / warp-state sections), cudnn (every kernel of an SDPA cuDNN
 # backward at 1 x 8192 x 16 x 128). Default: all.
@@ -38,6 +38,15 @@ for step in src80 src80m; do
     echo "ncu $step rc=$? $(wc -c < "$O/src-$step.csv") bytes"
     gzip -f "$O/src-$step.csv"
 done
+# Version 10 (64 rows) on a 1 %-kept call (16k x 16 x 128 random mask, `sparse1 0.01`): where a
+# sparse call's per-column time goes. Launch 3 of the kernel.
+if has src128s; then
+    timeout 200 ncu --clock-control none -k regex:"bwd_ws128_kernel" -s 2 -c 1 --section SourceCounters \
+        --section WarpStateStats --page source --print-source sass --csv \
+        "$BIN" sparse1 0.01 > "$O/src-src128s.csv" 2>"$O/src-src128s.err"
+    echo "ncu src128s rc=$? $(wc -c < "$O/src-src128s.csv") bytes"
+    gzip -f "$O/src-src128s.csv"
+fi
 if has details; then
     timeout 120 ncu --clock-control none -k regex:"bwd_(wgmma|ws128)_kernel" -s 2 -c 1 --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats \
