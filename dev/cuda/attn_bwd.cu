@@ -46,6 +46,7 @@ extern "C" {
 // definition wins.
 #ifdef BL_BWD_TIMELINE
 extern "C" void bl_bwd_timeline_print(void);  // attn_bwd_sm90.cu, dev builds only
+extern "C" void bl_bwd_timeline_cols_print(void);
 #endif
 extern "C" __attribute__((weak)) int bl_cuda_available(void) {
     int n = 0;
@@ -722,6 +723,12 @@ int main(int argc, char **argv) {
         bl_bwd_timeline_print();
         return 0;
     }
+    if (!strcmp(what, "timelinecols")) {  // column stamps: 16k x 16 x 128, mask keeping argv[2]
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
+        bench_shape(1, 16384, 16, 128, 0);
+        bl_bwd_timeline_cols_print();
+        return 0;
+    }
     if (!strcmp(what, "timeline64")) {  // the same in the head-dim-64 kernel (8k x 16 x 64)
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         g_full_sweep = 0;
@@ -881,6 +888,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
+        // 280 key tiles: regions past the first schedule window zeroed in the kernel
+        cases.push_back({1, 64, 256, 140, 140, 128, 0, BF, 1, 0.5, 0, 0, 0});
         // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)
         cases.push_back({1, 70, 5000, 2, 1, 64, 0, BF, 2, 0, 0.1f, 0, 0});
         cases.push_back({1, 40, 128 * 1100, 1, 1, 64, 0, BF, 2, 0, 0.1f, 0, 0});
@@ -923,6 +932,13 @@ int main(int argc, char **argv) {
         cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
         cases.push_back({1, 700, 900, 2, 1, 128, 1, FP, 1, 1.0, 0, 0, 0});  // causal, every tile
         cases.push_back({1, 900, 300, 2, 2, 128, 1, FP, 1, 0.5, 0, 0, 0});
+        // More key tiles than a schedule window (264 / 528 positions): the persistent kernels
+        // zero the accumulator of later windows' regions themselves (bwd_dq_zero.cuh). Masked
+        // (64 rows), dense causal with G = 2, dense non-causal (80 rows), selected.
+        cases.push_back({2, 64, 512, 80, 80, 128, 0, BF, 1, 0.3, 0, 0, 0});
+        cases.push_back({1, 100, 1000, 160, 80, 128, 1, FP, 0, 0, 0, 0, 0});
+        cases.push_back({1, 150, 600, 100, 100, 128, 0, BF, 0, 0, 0, 1, 0});
+        cases.push_back({1, 130, 640, 60, 60, 128, 0, BF, 2, 0, 0.1f, 0, 0});
         // Long sequences (Tn = 1024 selection rows; Tm = 2048 row tiles), synthetic forward.
         cases.push_back({1, 4096, 131072, 2, 1, 64, 1, BF, 2, 0, 0.05f, 0, 0, 1});
         cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});

@@ -211,7 +211,26 @@ __device__ __forceinline__ void bl_tl_store(bool on, int row, int it, int i) {
 }
 #define BL_TL(row, i) bl_tl_store(true, row, it, i)
 #define BL_TLC(i) bl_tl_store(lane == 0 && (warp & 3) == 0, wg, it, i)
+// Column stamps (`timelinecols`, this kernel only): the k-th column of CTA 0 at TL_COL_POINTS
+// places, row 0 consumer thread 0 (BL_TLCOL(ct == 0, 0, i, count)), row 1 the producer's thread
+// 0; and the column's entry count.
+constexpr int TL_COLS = 64, TL_COL_POINTS = 6;
+__device__ unsigned bl_bwd_tlcol[2][TL_COLS][TL_COL_POINTS];
+__device__ int bl_bwd_tlcnt[TL_COLS];
+__device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, int count) {
+    on = on && blockIdx.x == 0 && k < TL_COLS;
+    unsigned *a = &bl_bwd_tlcol[row][k < TL_COLS ? k : 0][i];
+    asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %0, 0;\n@p st.global.u32 [%1], %2;\n}\n" ::"r"(
+                     (unsigned)on),
+                 "l"(a), "r"((unsigned)clock())
+                 : "memory");
+    if (on && row == 0 && i == 1) bl_bwd_tlcnt[k] = count;
+}
+#define BL_TLCOL(on, row, i, count) bl_tlcol_store(on, row, k, i, count)
 #else
+#define BL_TLCOL(on, row, i, count) \
+    do {                            \
+    } while (0)
 #define BL_TLC(i) \
     do {          \
     } while (0)
@@ -265,16 +284,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // So the loads overlap the last column's dK / dV epilogue.
             int gi = 0, kc = 0;
             for (int k = 0;; ++k) {
+                BL_TLCOL(true, 1, 0, 0);
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                BL_TLCOL(true, 1, 1, 0);
                 for (int it = 0; it < cl.count; ++it, ++gi) {
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                    if (it == 0) BL_TLCOL(true, 1, 2, 0);
                     const int e = cl.list[it];
                     wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m, e % tiles_m);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
+                        BL_TLCOL(true, 1, 3, 0);
                         ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
                                           cl.n * BN);
                         ++kc;
@@ -331,7 +354,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     int g0 = 0;  // the CTA's entries before this column: the rings' position
     int kc = 0;  // the CTA's K / V loads before this column
     for (int k = 0;; ++k) {
+        BL_TLCOL(ct == 0, 0, 0, 0);
         const ws_column cl = ws_take_column(p, bars, col_slots, k);
+        BL_TLCOL(ct == 0, 0, 1, cl.count);
         if (cl.count < 0) break;
         const int64_t n = cl.n;
         const int count = cl.count;
@@ -344,6 +369,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
         if (count > 0) {
             mbarrier_wait(bars + ws_bars::KVFULL, (uint32_t)kc & 1u);  // the column's K / V
+            BL_TLCOL(ct == 0, 0, 2, 0);
 
             // S^T = K Q^T of entry `it` (this warpgroup's 64 keys x 64 queries), into s; committed as
             // one group. Issued for entry it+1 right behind entry it's dQ so that the tensor cores do not
@@ -381,6 +407,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             issue_s(0);
             bl_wgmma_wait<0>();
             bl_reg_fence(s);
+            BL_TLCOL(ct == 0, 0, 3, 0);
             // The list entries are read ahead: entry it+1's query tile is known when entry it starts
             // (the division -- a reciprocal and conversions on the MUFU pipe -- stays off the path
             // from the S^T wait to the exponentials), and entry it+2 is loaded during entry it.
@@ -554,6 +581,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // completed: the producer may load the next column's while this one's dK / dV go out.
             mbarrier_arrive(bars + ws_bars::KVEMPTY);
             ++kc;
+            BL_TLCOL(ct == 0, 0, 4, 0);
         }
         bl_reg_fence(dk_acc);
         bl_reg_fence(dv_acc);
@@ -572,6 +600,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             __syncwarp();
             if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * sb);
         }
+        BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns
 }
