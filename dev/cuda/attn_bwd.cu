@@ -888,7 +888,7 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
-        // 280 key tiles: regions past the first schedule window zeroed in the kernel
+        // 280 key tiles: more than one schedule window (264 positions on 132 SMs)
         cases.push_back({1, 64, 256, 140, 140, 128, 0, BF, 1, 0.5, 0, 0, 0});
         // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)
         cases.push_back({1, 70, 5000, 2, 1, 64, 0, BF, 2, 0, 0.1f, 0, 0});
@@ -932,9 +932,10 @@ int main(int argc, char **argv) {
         cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
         cases.push_back({1, 700, 900, 2, 1, 128, 1, FP, 1, 1.0, 0, 0, 0});  // causal, every tile
         cases.push_back({1, 900, 300, 2, 2, 128, 1, FP, 1, 0.5, 0, 0, 0});
-        // More key tiles than a schedule window (264 / 528 positions): the persistent kernels
-        // zero the accumulator of later windows' regions themselves (bwd_dq_zero.cuh). Masked
-        // (64 rows), dense causal with G = 2, dense non-causal (80 rows), selected.
+        // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
+        // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal
+        // (80 rows), selected. (They checked dev/cuda/wip/bwd-lazy-dq-zero.patch, whose zeroing
+        // goes by windows and kv heads.)
         cases.push_back({2, 64, 512, 80, 80, 128, 0, BF, 1, 0.3, 0, 0, 0});
         cases.push_back({1, 100, 1000, 160, 80, 128, 1, FP, 0, 0, 0, 0, 0});
         cases.push_back({1, 150, 600, 100, 100, 128, 0, BF, 0, 0, 0, 1, 0});
