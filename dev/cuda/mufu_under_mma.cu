@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include "bwd_ptx.cuh"
+#include "probe_operands.cuh"
 
 constexpr int ITERS = 2048;          // warpgroup 1's rounds
 constexpr int CHAINS = 16;           // independent ex2 chains per thread (x2 per round)
@@ -43,20 +44,11 @@ __device__ __forceinline__ void issue4(float (&d)[32], uint32_t sA, uint32_t sB,
 template <int SCEN>
 __global__ void __launch_bounds__(256, 1) probe_kernel(float seed, float *sink, long long *clocks) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    for (int i = threadIdx.x; i < SMEM / 2; i += blockDim.x) {  // small pseudo-random bf16 values
-        uint32_t h = (uint32_t)i * 2654435761u ^ 0x9e3779b9u;
-        h ^= h >> 15;
-        reinterpret_cast<__nv_bfloat16 *>(smem)[i] = __float2bfloat16(((h & 0xffff) / 65536.0f - 0.5f) * 0.25f);
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
+    probe_fill_smem(smem, SMEM);
     const uint32_t s0 = bl_smem_addr(smem);
     const uint32_t sA = s0, sB = s0 + 16384;
     uint32_t a[4][4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[k][r] = 0x3c003c00u ^ (threadIdx.x * 0x00010001u * (k + r + 1) & 0x00ff00ffu);
+    probe_a_fragments(a);
     float d[32];
 #pragma unroll
     for (int x = 0; x < 32; ++x) d[x] = 0.0f;

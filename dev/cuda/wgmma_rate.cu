@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include "bwd_ptx.cuh"
+#include "probe_operands.cuh"
 
 constexpr int ITERS = 4096;   // groups of 4 k16 products per warpgroup
 constexpr int SMEM = 64 * 1024;
@@ -45,21 +46,11 @@ __device__ __forceinline__ void issue4(float (&d)[N / 2], uint32_t sA, uint32_t 
 template <int MODE, int N>
 __global__ void __launch_bounds__(256, 1) rate_kernel(float *sink) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    // small pseudo-random bf16 values: the tensor cores' power (and clock) depend on the data
-    for (int i = threadIdx.x; i < SMEM / 2; i += blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ 0x9e3779b9u;
-        h ^= h >> 15;
-        reinterpret_cast<__nv_bfloat16 *>(smem)[i] = __float2bfloat16(((h & 0xffff) / 65536.0f - 0.5f) * 0.25f);
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
+    probe_fill_smem(smem, SMEM);
     const uint32_t s0 = bl_smem_addr(smem);
     const uint32_t sA = s0, sB = s0 + 16384;
     uint32_t a[4][4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[k][r] = 0x3c003c00u ^ (threadIdx.x * 0x00010001u * (k + r + 1) & 0x00ff00ffu);
+    probe_a_fragments(a);
     float d0[N / 2], d1[N / 2];
 #pragma unroll
     for (int x = 0; x < N / 2; ++x) d0[x] = d1[x] = 0.0f;
