@@ -2,6 +2,7 @@
 #pragma once
 #include <stdint.h>
 #include <cuda_bf16.h>
+#include "bwd_ptx.cuh"
 
 // Fills `bytes` of shared memory with small pseudo-random bf16 values (the tensor cores' power,
 // and so their clock, depend on the data), made visible to wgmma; ends with __syncthreads().
@@ -21,4 +22,14 @@ __device__ __forceinline__ void probe_a_fragments(uint32_t (&a)[4][4]) {
     for (int k = 0; k < 4; ++k)
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[k][r] = 0x3c003c00u ^ (threadIdx.x * 0x00010001u * (k + r + 1) & 0x00ff00ffu);
+}
+
+// The probes' common start: shared memory filled (probe_fill_smem), A at its first 16 KB and B
+// behind it, A fragments for the RS form.
+__device__ __forceinline__ void probe_operands(unsigned char *smem, int bytes, uint32_t &sA, uint32_t &sB,
+                                               uint32_t (&a)[4][4]) {
+    probe_fill_smem(smem, bytes);
+    sA = bl_smem_addr(smem);
+    sB = sA + 16384;
+    probe_a_fragments(a);
 }

@@ -46,11 +46,8 @@ __device__ __forceinline__ void issue4(float (&d)[N / 2], uint32_t sA, uint32_t 
 template <int MODE, int N>
 __global__ void __launch_bounds__(256, 1) rate_kernel(float *sink) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    probe_fill_smem(smem, SMEM);
-    const uint32_t s0 = bl_smem_addr(smem);
-    const uint32_t sA = s0, sB = s0 + 16384;
-    uint32_t a[4][4];
-    probe_a_fragments(a);
+    uint32_t sA, sB, a[4][4];
+    probe_operands(smem, SMEM, sA, sB, a);
     float d0[N / 2], d1[N / 2];
 #pragma unroll
     for (int x = 0; x < N / 2; ++x) d0[x] = d1[x] = 0.0f;
