@@ -48,7 +48,8 @@ struct bl_bwd_workspace {
     // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
-    // {sum of counts, sum of counts80, tiles missing} over the call's key tiles, where the last
+    // {sum of counts, sum of counts80 (without a causal mask: of the packed entries,
+    // bl_bwd_packed_count), tiles missing} over the call's key tiles, where the last
     // counts the (q head, row tile) pairs of each key tile that the mask drops, without a causal
     // mask (with one, 1 per key tile: never full): which kernel takes a masked head-dim-128
     // call, read by all of them on the device (bl_bwd_rows80_chosen, bl_bwd_masked_full).
@@ -77,7 +78,13 @@ enum { BL_BWD_TOTALS = 3 };
 __host__ __device__ inline bool bl_bwd_masked_full(const unsigned long long *totals) {
     return totals[2] == 0;
 }
-// Whether a masked call's 80-row entries cost less than its 64-row ones.
+// The packed 80-row entries of a column whose list keeps c64 64-row tiles (r80_packed in
+// bwd_ws128r80_sm90.cuh): ceil(64 c64 / 80), and one entry of padding where nothing is kept.
+__host__ __device__ inline int bl_bwd_packed_count(int c64) {
+    return c64 == 0 ? 1 : (4 * c64 + 4) / 5;
+}
+// Whether a masked call's 80-row entries (the aligned ones with a causal mask, else the packed
+// ones; their sum is totals[1]) cost less than its 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals) {
     return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
 }
@@ -95,11 +102,11 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 // select_sm90.cu: the selection kernel, W (B,Hq,Tm,Tn) -> mask (B,Hq,Tm,Tn), on `stream`.
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
-// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule; with rows80 also
-// ws->counts80, ws->lists80 and ws->totals (zeroed by the preprocess). Tiles with no allowed key
-// under `causal` are left out whatever the mask says.
-bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
-                              const bl_bwd_workspace *ws, cudaStream_t stream);
+// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule; with lists80 also
+// ws->counts80 and ws->lists80; with totals (or lists80) ws->totals (zeroed by the preprocess).
+// Tiles with no allowed key under `causal` are left out whatever the mask says.
+bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool lists80,
+                              bool totals, const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // How the main kernel laid out the fp32 dq accumulator.
 enum bl_dq_layout {
@@ -108,11 +115,18 @@ enum bl_dq_layout {
                               // (TMA reduce-adds of dq_block_stage's staging, bwd_wgmma_sm90.cuh)
     BL_DQ_TILES80 = 2,        // (B, Hq, Tm80) blocks of 80 x 128 in the order the 80-row kernel
                               // stages them (bwd_ws128r80_sm90.cuh, r80_dq_offset)
-    BL_DQ_CHOSEN = 3          // ROWS_PERMUTED or TILES80, as the device chose for a masked call
-                              // (bl_bwd_rows80_chosen on ws->totals)
+    BL_DQ_CHOSEN = 3,         // ROWS_PERMUTED or TILES80, as the device chose for a masked
+                              // causal call (bl_bwd_rows80_chosen on ws->totals)
+    BL_DQ_TILES64R = 4,       // (B, Hq, Tm) blocks of 64 x 128, each 8 runs of 8 queries per
+                              // staging warp in the 80-row kernel's order (its packed entries:
+                              // r80_reduce_packed)
+    BL_DQ_PACKED = 5          // a masked call without a causal mask: TILES80 where the mask
+                              // keeps every tile (bl_bwd_masked_full on ws->totals), else
+                              // TILES64R where the packed entries ran (bl_bwd_rows80_cheaper),
+                              // else ROWS_PERMUTED (version 10)
 };
 
-// Floats of the dq accumulator in `layout` (BL_DQ_TILES80 covers the padded last row tile).
+// Floats of the dq accumulator in `layout` (the tile layouts cover the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 
 // bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`; dependent:
