@@ -48,8 +48,8 @@ struct bl_bwd_workspace {
     // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
-    // {sum of counts, sum of counts80 (without a causal mask: of the packed entries,
-    // bl_bwd_packed_count), tiles missing} over the call's key tiles, where the last
+    // {sum of counts, sum of counts80, tiles missing, sum of the packed entries (0 with a
+    // causal mask), bl_bwd_packed_count} over the call's key tiles, where the third
     // counts the (q head, row tile) pairs of each key tile that the mask drops, without a causal
     // mask (with one, 1 per key tile: never full): which kernel takes a masked head-dim-128
     // call, read by all of them on the device (bl_bwd_rows80_chosen, bl_bwd_masked_full).
@@ -61,15 +61,25 @@ struct bl_bwd_workspace {
 
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
 // the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
-// A masked call takes the 80-row kernel where its entries cost less in all.
-enum { BL_R80_ENTRY_COST = 75, BL_R64_ENTRY_COST = 64 };
+// A masked call takes the 80-row kernel where its entries cost less in all. Packed entries
+// (bwd_ws128r80_sm90.cuh: rows gathered from two 64-row tiles, every row kept) measured 1-3 %
+// faster than version 10's at 25-80 % kept (cost 78 against its 64), but slower than aligned
+// ones on nearly full masks (32k x 24 video at 96 % kept: +0.9..1.8 %; aligned -0.8 %): against
+// those they count 80, so that they run only where they skip more than ~6 % of the aligned
+// entries' rows (bench/results/bwd-s21.txt, runs 8-11).
+enum {
+    BL_R80_ENTRY_COST = 75,
+    BL_R64_ENTRY_COST = 64,
+    BL_PACKED_ENTRY_COST = 78,
+    BL_PACKED_VS_ALIGNED_COST = 80
+};
 // An 80-row list entry: hl << BL_R80_ENTRY_HL_SHIFT | m << 2 | bits (m < 2^18, hl < 2^11).
 enum { BL_R80_ENTRY_HL_SHIFT = 20 };
 inline bool bl_bwd_r80_lists_fit(const bl_bwd_dims &dm) {
     return dm.tiles_m80 < (1 << (BL_R80_ENTRY_HL_SHIFT - 2)) &&
            dm.group < (1 << (31 - BL_R80_ENTRY_HL_SHIFT));
 }
-enum { BL_BWD_TOTALS = 3 };
+enum { BL_BWD_TOTALS = 4 };
 // A masked call without a causal mask whose mask keeps every tile computes exactly the dense
 // gradients: the dense 80-row kernel runs it (the masked one's list decoding cost it 1.4-2 % on
 // such calls, bench/results/bench-2026-11-30-s16.txt). With a causal mask the masked kernel
@@ -83,10 +93,23 @@ __host__ __device__ inline bool bl_bwd_masked_full(const unsigned long long *tot
 __host__ __device__ inline int bl_bwd_packed_count(int c64) {
     return c64 == 0 ? 1 : (4 * c64 + 4) / 5;
 }
-// Whether a masked call's 80-row entries (the aligned ones with a causal mask, else the packed
-// ones; their sum is totals[1]) cost less than its 64-row ones.
-__host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals) {
+// Whether a masked call without a causal mask runs its 80-row entries packed rather than
+// aligned (totals[3] = 0 with a causal mask: always aligned).
+__host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *totals) {
+    return totals[3] != 0 && totals[3] * BL_PACKED_VS_ALIGNED_COST < totals[1] * BL_R80_ENTRY_COST;
+}
+// Whether a masked call's aligned 80-row entries cost less than its 64-row ones (with a causal
+// mask, where there are no packed ones, what bl_bwd_rows80_cheaper amounts to).
+__host__ __device__ inline bool bl_bwd_aligned80_cheaper(const unsigned long long *totals) {
     return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
+}
+// Whether a masked call's 80-row entries (the cheaper of the aligned and the packed ones) cost
+// less than its 64-row ones.
+__host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals) {
+    const unsigned long long cost80 = bl_bwd_packed_chosen(totals)
+                                          ? totals[3] * BL_PACKED_ENTRY_COST
+                                          : totals[1] * BL_R80_ENTRY_COST;
+    return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
@@ -102,11 +125,11 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 // select_sm90.cu: the selection kernel, W (B,Hq,Tm,Tn) -> mask (B,Hq,Tm,Tn), on `stream`.
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
-// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule; with lists80 also
-// ws->counts80 and ws->lists80; with totals (or lists80) ws->totals (zeroed by the preprocess).
-// Tiles with no allowed key under `causal` are left out whatever the mask says.
-bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool lists80,
-                              bool totals, const bl_bwd_workspace *ws, cudaStream_t stream);
+// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule; with rows80 also
+// ws->counts80, ws->lists80 and ws->totals (zeroed by the preprocess). Tiles with no allowed key
+// under `causal` are left out whatever the mask says.
+bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
+                              const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // How the main kernel laid out the fp32 dq accumulator.
 enum bl_dq_layout {
@@ -120,9 +143,12 @@ enum bl_dq_layout {
     BL_DQ_TILES64R = 4,       // (B, Hq, Tm) blocks of 64 x 128, each 8 runs of 8 queries per
                               // staging warp in the 80-row kernel's order (its packed entries:
                               // r80_reduce_packed)
-    BL_DQ_PACKED = 5          // a masked call without a causal mask: TILES80 where the mask
+    BL_DQ_TILES80G = 5,       // as TILES80, each block in TILES64R's order (the aligned
+                              // entries of a masked call without a causal mask)
+    BL_DQ_PACKED = 6          // a masked call without a causal mask: TILES80 where the mask
                               // keeps every tile (bl_bwd_masked_full on ws->totals), else
-                              // TILES64R where the packed entries ran (bl_bwd_rows80_cheaper),
+                              // where 80-row entries ran (bl_bwd_rows80_cheaper) TILES64R for
+                              // packed ones (bl_bwd_packed_chosen), TILES80G for aligned ones,
                               // else ROWS_PERMUTED (version 10)
 };
 

@@ -37,6 +37,7 @@ static int64_t bl_bwd_dq_accum_rows(const bl_bwd_dims &dm, bl_dq_layout layout) 
     const int64_t rows80 = dm.tiles_m80 * BL_BWD_TM_DENSE, rows64 = dm.tiles_m * BL_BWD_TM;
     switch (layout) {
     case BL_DQ_TILES80:
+    case BL_DQ_TILES80G:
     case BL_DQ_CHOSEN: return rows80;
     case BL_DQ_TILES64R: return rows64;
     case BL_DQ_PACKED: return rows80 > rows64 ? rows80 : rows64;
@@ -237,17 +238,17 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
 }
 
 // The tile layouts: one CTA per ROWS x 128 block (b, h, row tile m), (B, Hq, rows' tiles) in
-// order; BL_DQ_TILES80 (ROWS = 80) and BL_DQ_TILES64R (64). A block is the 8 consumer warps'
+// order; BL_DQ_TILES80 and TILES80G (ROWS = 80), TILES64R (64). A block is the 8 consumer warps'
 // staging (bwd_ws128r80_sm90.cuh): vector (lane, x) of warp w's group t holds query 8t +
 // 2(lane % 4) + (x & 1), column 16w + lane / 4 + 8(x >> 1); TILES80 has each warp's groups
-// one after the other (r80_dq_offset), TILES64R each group's warps (r80_dq_offset_packed, the
-// packed entries' pieces). The block goes through shared memory in the warp-major order, each
+// one after the other (r80_dq_offset), the others (GROUPED) each group's warps
+// (r80_dq_offset_grouped). The block goes through shared memory in the warp-major order, each
 // warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in distinct
 // banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
 constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
 constexpr int PP_TILE_SMEM_FLOATS = (PP80_D / 16) * (16 * PP80_ROWS + 4);  // the larger block
 // CTA blk's block, through `tile` (PP_TILE_SMEM_FLOATS of shared memory).
-template <typename T, int ROWS>
+template <typename T, int ROWS, bool GROUPED>
 __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float scale,
                                                  const float *__restrict__ dq_accum,
                                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
@@ -260,11 +261,10 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
     const int64_t m = blk % tiles, h = (blk / tiles) % dm.heads_q, b = blk / (tiles * dm.heads_q);
     const float4 *src = reinterpret_cast<const float4 *>(dq_accum + blk * ROWS * PP80_D);
-    // vector f: warp f / WARP_VEC, its vector f % WARP_VEC; 64 rows: group f / 256, warp (f / 32) % 8
-    constexpr bool GROUP_MAJOR = ROWS == BL_BWD_TM;
+    // vector f: warp f / WARP_VEC, its vector f % WARP_VEC; GROUPED: group f / 256, warp (f / 32) % 8
     for (int f = threadIdx.x; f < WARPS * WARP_VEC; f += PP_THREADS) {
-        const int w = GROUP_MAJOR ? (f >> 5) % WARPS : f / WARP_VEC;
-        const int v = GROUP_MAJOR ? (f / (32 * WARPS)) * 32 + (f & 31) : f % WARP_VEC;
+        const int w = GROUPED ? (f >> 5) % WARPS : f / WARP_VEC;
+        const int v = GROUPED ? (f / (32 * WARPS)) * 32 + (f & 31) : f % WARP_VEC;
         *reinterpret_cast<float4 *>(&tile[w * WARP_STRIDE + 4 * v]) = src[f];
     }
     __syncthreads();
@@ -281,12 +281,12 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
         *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + c * PP_VEC) = o.u;
     }
 }
-template <typename T, int ROWS>
+template <typename T, int ROWS, bool GROUPED>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
-    postprocess_tile<T, ROWS>(dm, scale, dq_accum, dq, sb, ss, sh, blockIdx.x, tile);
+    postprocess_tile<T, ROWS, GROUPED>(dm, scale, dq_accum, dq, sb, ss, sh, blockIdx.x, tile);
 }
 
 // ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D) accumulator with permuted columns
@@ -335,15 +335,15 @@ bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__res
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
     if (bl_bwd_rows80_chosen(totals))
-        postprocess_tile<T, PP80_ROWS>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+        postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
     else
         postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
 }
 
 // BL_DQ_PACKED: the same for a masked call without a causal mask, whose picks are the dense
-// kernel's 80-row blocks (a mask keeping every tile), the packed entries' 64-row ones, or
-// version 10's rows (converted 64 per CTA): one launch on the larger grid, whose extra CTAs
-// return.
+// kernel's 80-row blocks (a mask keeping every tile), aligned entries' 80-row ones (grouped),
+// packed entries' 64-row ones, or version 10's rows (converted 64 per CTA): one launch on the
+// larger grid, whose extra CTAs return.
 template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
@@ -351,12 +351,16 @@ bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__res
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
-    if (bl_bwd_masked_full(totals)) {
-        if (blk < dm.batch * dm.heads_q * dm.tiles_m80)
-            postprocess_tile<T, PP80_ROWS>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+    const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals);
+    if (full || (rows80 && !bl_bwd_packed_chosen(totals))) {
+        if (blk >= dm.batch * dm.heads_q * dm.tiles_m80) return;
+        if (full)
+            postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+        else
+            postprocess_tile<T, PP80_ROWS, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
     } else if (blk < dm.batch * dm.heads_q * dm.tiles_m) {
-        if (bl_bwd_rows80_cheaper(totals))
-            postprocess_tile<T, BL_BWD_TM>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+        if (rows80)
+            postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
         else
             postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
     }
@@ -389,8 +393,11 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     if (layout != BL_DQ_ROWS && layout != BL_DQ_ROWS_PERMUTED && D != PP80_D)
         return bl_set_error(BL_ERR_INTERNAL, "dq accumulator in tiles at head dim %d", D);
-    if (layout == BL_DQ_TILES64R) {
-        bl_bwd_postprocess_tile_kernel<T, BL_BWD_TM><<<(unsigned)r64_blocks, PP_THREADS, 0, stream>>>(
+    if (layout == BL_DQ_TILES64R || layout == BL_DQ_TILES80G) {
+        const bool r64 = layout == BL_DQ_TILES64R;
+        auto kernel = r64 ? bl_bwd_postprocess_tile_kernel<T, BL_BWD_TM, true>
+                          : bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, true>;
+        kernel<<<(unsigned)(r64 ? r64_blocks : r80_blocks), PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
@@ -411,7 +418,7 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
             BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_chosen_kernel");
             return BL_OK;
         }
-        bl_bwd_postprocess_tile_kernel<T, PP80_ROWS><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
+        bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, false><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;

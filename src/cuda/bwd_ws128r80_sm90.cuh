@@ -78,10 +78,11 @@ constexpr int R80_WARP_FLOATS = 16 * BM80;
 __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
     return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
 }
-// The same for packed entries, query-group major: vector t of every warp, then t + 1, so that
-// each piece of the entry (whole groups of 8 queries) is one contiguous run of the staging, and
-// of the BL_DQ_TILES64R block it adds into (r80_reduce_packed).
-__device__ __forceinline__ uint32_t r80_dq_offset_packed(int warp, int t, int lane) {
+// The same query-group major (masked calls without a causal mask): vector t of every warp, then
+// t + 1, so that each piece of a packed entry (whole groups of 8 queries) is one contiguous run of
+// the staging, and of the BL_DQ_TILES64R block it adds into (r80_reduce_packed); aligned entries
+// add theirs whole into BL_DQ_TILES80G blocks.
+__device__ __forceinline__ uint32_t r80_dq_offset_grouped(int warp, int t, int lane) {
     return (uint32_t)(((t * WARPS + warp) * 32 + lane) * 4);
 }
 
@@ -228,7 +229,7 @@ __device__ __forceinline__ void r80_tma_packed(const bwd_params &p, uint32_t s0,
     rows_piece(e.hb, rb, e.rows_a, BM80);
 }
 
-// The reducer's dQ reduce-adds of packed entry e from the staging (r80_dq_offset_packed's order)
+// The reducer's dQ reduce-adds of packed entry e from the staging (r80_dq_offset_grouped's order)
 // into the BL_DQ_TILES64R accumulator, whose 64 x 128 blocks have the same order: 8 groups of 8
 // queries, 1024 floats each. Piece A's groups go to tile (ha, ma) from group off / 8 on, piece
 // B's to tile (hb, mb) from group 0: one bulk reduce-add per piece.
@@ -257,39 +258,43 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
     return need <= 0 ? 0 : (int)((need + BM80 - 1) / BM80);
 }
 
-// What a launch of version 11 walks: every entry a causal mask leaves (dense calls), a masked
-// causal call's aligned 80-row entries (p.lists80: the rows of an entry's unkept 64-row tile get
-// P = 0 through their lse, r80_tma_row_tile), or a masked non-causal call's packed ones
-// (r80_packed).
-enum r80_entries { R80_DENSE = 0, R80_LISTS = 1, R80_PACKED = 2 };
+// What a launch of version 11 walks: every entry a causal mask leaves (DENSE), a masked causal
+// call's aligned 80-row entries (LISTS: p.lists80; the rows of an entry's unkept 64-row tile get
+// P = 0 through their lse, r80_tma_row_tile), or a masked non-causal call's aligned or packed
+// entries (MASKED: r80_packed), whichever the entry totals find cheaper (bl_bwd_packed_chosen).
+enum r80_entries { R80_DENSE = 0, R80_LISTS = 1, R80_MASKED = 2 };
 
-// p.dq_accum is zeroed, in the BL_DQ_TILES80 layout, or BL_DQ_TILES64R for PACKED entries.
-// CAUSAL: p.causal is set.
+// p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G for aligned
+// entries, BL_DQ_TILES64R for packed ones. CAUSAL: p.causal is set.
 template <typename T, bool CAUSAL, int ENTRIES>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
-    static_assert(!(CAUSAL && ENTRIES == R80_PACKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
-                  "packed entries without a causal mask, aligned lists with one");
-    constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
+    static_assert(!(CAUSAL && ENTRIES == R80_MASKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
+                  "masked entries: LISTS with a causal mask, MASKED without one");
+    constexpr bool LISTS = ENTRIES == R80_LISTS, MASKED = ENTRIES == R80_MASKED;
     // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
-    // one on PACKED entries and then on the dense walk, each the programmatic dependent of the
+    // one on MASKED entries and then on the dense walk, each the programmatic dependent of the
     // one before (attn_bwd_sm90.cu). Each may start while the one before still runs, so it
     // first waits for it to finish (the postprocess, launched after the last, reads what any of
     // them wrote), then returns unless the entry totals pick it: the dense walk where the mask
-    // keeps every tile (bl_bwd_masked_full), else the lists or packed entries where they cost
-    // less than version 10's (bl_bwd_rows80_cheaper). (The causal kernels keep the code they
-    // had before the dense pick: their SASS, and so their speed, moves with any change here;
+    // keeps every tile (bl_bwd_masked_full), else the 80-row entries where they cost less than
+    // version 10's (bl_bwd_rows80_cheaper). (The causal kernels keep the code they had before
+    // the dense pick: their SASS, and so their speed, moves with any change here;
     // bench/results/bwd-s17.txt.)
     if (p.totals != nullptr) {
         if constexpr (CAUSAL) {
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals)) return;
+            if (!bl_bwd_aligned80_cheaper(p.totals)) return;
         } else {
-            if (PACKED) griddep_launch_dependents();
+            if (MASKED) griddep_launch_dependents();
             griddep_wait();
             const bool full = bl_bwd_masked_full(p.totals);
-            if (PACKED ? full || !bl_bwd_rows80_cheaper(p.totals) : !full) return;
+            if (MASKED ? full || !bl_bwd_rows80_cheaper(p.totals) : !full) return;
         }
     }
+    // MASKED: packed or aligned entries, one choice for the call (aligned where forced: no
+    // totals). Constants in the other instantiations.
+    const bool packed = MASKED && p.totals != nullptr && bl_bwd_packed_chosen(p.totals);
+    const bool aligned = LISTS || (MASKED && !packed);
     constexpr int D = 128;
     using L = r80_smem;
     constexpr int NQ = BM80 / 8;  // n8 tiles of queries (S^T, dP^T, dQ^T): 10
@@ -322,25 +327,25 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
-                const int m_first = LISTS || PACKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
-                const int count = LISTS    ? cl.count80
-                                  : PACKED ? r80_packed_count(cl.count)
+                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = aligned  ? cl.count80
+                                  : packed ? r80_packed_count(cl.count)
                                            : (int)dm.group * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
                 // A masked call's entries are read one ahead: the load's latency then overlaps
                 // the waits instead of delaying the TMA issue.
-                int code_next = LISTS && count > 0 ? list[0] : 0;
+                int code_next = aligned && count > 0 ? list[0] : 0;
                 int hl = 0, m = m_first, bits = 3;  // entry it: q head hl of the group, row tile m
                 for (int it = 0; it < count; ++it, ++gi) {
-                    if (LISTS) {
+                    if (aligned) {
                         r80_list_entry(code_next, hl, m, bits);
                         if (it + 1 < count) code_next = list[it + 1];
                     }
                     const int buf = gi & 1;
                     r80_packed_entry e;
-                    if (PACKED) e = r80_packed(p, cl, it);  // (its list loads before the wait)
+                    if (packed) e = r80_packed(p, cl, it);  // (its list loads before the wait)
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
-                    if (PACKED)
+                    if (packed)
                         r80_tma_packed(p, s0, buf, cl.b, e);
                     else
                         r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m, bits);
@@ -359,23 +364,23 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int k = 0;; ++k) {
                 const ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
-                const int m_first = LISTS || PACKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
-                const int count = LISTS    ? cl.count80
-                                  : PACKED ? r80_packed_count(cl.count)
+                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = aligned  ? cl.count80
+                                  : packed ? r80_packed_count(cl.count)
                                            : (int)dm.group * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
-                int code_next = LISTS && count > 0 ? list[0] : 0;  // one ahead, as the producer
+                int code_next = aligned && count > 0 ? list[0] : 0;  // one ahead, as the producer
                 int hl = 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gj) {
-                    if (LISTS) {
+                    if (aligned) {
                         r80_list_entry(code_next, hl, m, bits);
                         if (it + 1 < count) code_next = list[it + 1];
                     }
                     r80_packed_entry e;
-                    if (PACKED) e = r80_packed(p, cl, it);
+                    if (packed) e = r80_packed(p, cl, it);
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
                     const int64_t h = cl.g * dm.group + hl;
-                    if (PACKED)
+                    if (packed)
                         r80_reduce_packed(p, s0 + L::DQS, cl.b, e);
                     else
                         bulk_reduce_add_f32(p.dq_accum + ((cl.b * dm.heads_q + h) * tiles_m + m) *
@@ -411,8 +416,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     for (int k = 0;; ++k) {
         const ws_column cl = ws_take_column(p, bars, col_slots, k);
         if (cl.count < 0) break;
-        const int count = LISTS    ? cl.count80
-                          : PACKED ? r80_packed_count(cl.count)
+        const int count = aligned  ? cl.count80
+                          : packed ? r80_packed_count(cl.count)
                                    : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(dm, cl.n));
         const int64_t key0 = cl.n * BN;
         const int64_t key_room = dm.seqlen_k - key0;
@@ -589,7 +594,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             float4 *stage = reinterpret_cast<float4 *>(smem_base + L::DQS);
 #pragma unroll
             for (int t = 0; t < NQ; ++t)
-                stage[(PACKED ? r80_dq_offset_packed(warp, t, lane) : r80_dq_offset(warp, t, lane)) / 4] =
+                stage[(MASKED ? r80_dq_offset_grouped(warp, t, lane) : r80_dq_offset(warp, t, lane)) / 4] =
                     make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
         }
         // the last entry's staged dQ^T

@@ -623,17 +623,18 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         schedule[w0 + rank] = w0 + i;
         recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
     }
-    if (totals) {
+    if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
         // shared atomic per warp, one global one per CTA.
-        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull};
+        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
         if (i < n) {
             s[0] = (unsigned long long)c[i];
-            // the 80-row kernel's entries: aligned (lists80) with a causal mask, else packed
-            s[1] = (unsigned long long)(counts80 ? c80 : bl_bwd_packed_count(c[i]));
+            s[1] = (unsigned long long)c80;
             // the pairs the mask drops (every column has G * Tm without a causal mask); with
             // one, 1: never full (bl_bwd_masked_full)
             s[2] = causal ? 1ull : (unsigned long long)(dm.group * dm.tiles_m - c[i]);
+            // the packed 80-row entries (bl_bwd_packed_chosen): none with a causal mask
+            s[3] = causal ? 0ull : (unsigned long long)bl_bwd_packed_count(c[i]);
         }
 #pragma unroll
         for (int t = 0; t < BL_BWD_TOTALS; ++t) {
@@ -649,22 +650,22 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     }
 }
 
-bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool lists80,
-                              bool totals, const bl_bwd_workspace *ws, cudaStream_t stream) {
+bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
+                              const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols > INT32_MAX || dm.group * dm.tiles_m > INT32_MAX)
         return bl_set_error(BL_ERR_UNSUPPORTED,
                             "B*Hk*Tn = %lld key tiles (or G*Tm = %lld row tiles per key tile) "
                             "exceeds the backward's 32-bit work lists",
                             (long long)cols, (long long)(dm.group * dm.tiles_m));
-    if (lists80 && !bl_bwd_r80_lists_fit(dm))
+    if (rows80 && !bl_bwd_r80_lists_fit(dm))
         return bl_set_error(BL_ERR_INTERNAL, "G = %lld, Tm80 = %lld: 80-row entries do not fit",
                             (long long)dm.group, (long long)dm.tiles_m80);
     const size_t bits_bytes = (size_t)((dm.group * dm.tiles_m + 31) / 32) * sizeof(unsigned);
-    const bool kept_bits = lists80 && bits_bytes <= LIST_BITS_MAX_BYTES;
+    const bool kept_bits = rows80 && bits_bytes <= LIST_BITS_MAX_BYTES;
     bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, kept_bits ? bits_bytes : 0, stream>>>(
-        dm, causal, mask, ws->counts, ws->lists, lists80 ? ws->counts80 : NULL,
-        lists80 ? ws->lists80 : NULL, kept_bits);
+        dm, causal, mask, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
+        rows80 ? ws->lists80 : NULL, kept_bits);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     if (causal && dm.head_dim != 128) {
         bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
@@ -682,8 +683,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
     bl_bwd_schedule_window_kernel<<<(unsigned)(windows * parts), SCHED_RANK_THREADS, 0, stream>>>(
-        dm, causal, ws->counts, lists80 ? ws->counts80 : NULL, (int)cols, window, parts,
-        ws->schedule, ws->sched_rec, ws->sched_next, lists80 || totals ? ws->totals : NULL);
+        dm, causal, ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts,
+        ws->schedule, ws->sched_rec, ws->sched_next, ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }
