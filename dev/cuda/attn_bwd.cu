@@ -468,10 +468,9 @@ static int run_case(const Case &c) {
         bl_bwd_workspace_layout(bl_bwd_make_dims(&desc), ws, &w);
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
-        pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
-               : !bl_bwd_rows80_chosen(tot) ? " [64 rows]"
-               : c.causal || !bl_bwd_packed_chosen(tot) ? " [80 rows]"
-                                                        : " [80 rows, packed]";
+        pick = bl_bwd_masked_full(tot)    ? " [80 rows, dense]"
+               : bl_bwd_rows80_chosen(tot) ? " [80 rows]"
+                                           : " [64 rows]";
         // A mask that keeps every tile of a call without a causal mask must take the dense
         // kernel, and no other mask may (causal calls never do: bl_bwd_masked_full).
         const bool full = !c.causal && std::all_of(mask.begin(), mask.end(),
@@ -889,7 +888,6 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
-        cases.push_back({1, 430, 300, 2, 1, 128, 0, BF, 1, 0.8, 0, 0, 0});  // packed 80-row entries
         // 280 key tiles: more than one schedule window (264 positions on 132 SMs)
         cases.push_back({1, 64, 256, 140, 140, 128, 0, BF, 1, 0.5, 0, 0, 0});
         // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)
@@ -934,14 +932,6 @@ int main(int argc, char **argv) {
         cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
         cases.push_back({1, 700, 900, 2, 1, 128, 1, FP, 1, 1.0, 0, 0, 0});  // causal, every tile
         cases.push_back({1, 900, 300, 2, 2, 128, 1, FP, 1, 0.5, 0, 0, 0});
-        // Masked non-causal calls on packed 80-row entries (picked where they cost less than the
-        // 64-row and the aligned 80-row ones): MQA with Sq not a multiple of 64, strided, and a mask keeping
-        // 95 % (pieces mostly contiguous) -- with 3 CTAs each walks many columns.
-        cases.push_back({1, 1000, 700, 3, 1, 128, 0, BF, 1, 0.7, 0, 0, 0});
-        cases.push_back({2, 700, 400, 2, 2, 128, 0, FP, 1, 0.5, 0, 1, 0});
-        cases.push_back({1, 1100, 500, 2, 1, 128, 0, BF, 1, 0.95, 0, 0, 0});
-        // ... and at 99 %, where the aligned entries (every row, nearly all kept) cost less
-        cases.push_back({1, 1500, 400, 2, 1, 128, 0, FP, 1, 0.99, 0, 0, 0});
         // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
         // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal
         // (80 rows), selected. (They checked dev/cuda/wip/bwd-lazy-dq-zero.patch, whose zeroing

@@ -1,9 +1,7 @@
 """Which backward kernel the device's rule (bl_bwd_rows80_chosen) picks for the bench's video-grid
 inputs at each negl_prob, computed on the CPU backend for one head: entries of 64 rows (the kept
-tiles) against aligned entries of 80 rows (every 80-row tile that overlaps a kept 64-row tile)
-and, without a causal mask, packed ones (a column's kept tiles end to end: ceil(4 c / 5)), at
-the costs of src/cuda/bwd_common.cuh, and the mean run of kept 64-row tiles down a key tile's
-column.
+tiles) against entries of 80 rows (every 80-row tile that overlaps a kept 64-row tile), at costs
+64 and 75 per entry, and the mean run of kept 64-row tiles down a key tile's column.
 
     PYTHONPATH=. python3 dev/cuda/video_choice.py 16384 [causal]      (about 10 s at 16k)
 """
@@ -17,8 +15,6 @@ import bench_attn  # noqa: E402  (video_qkv, NEGL_PROBS)
 from back_lite import functional as blf  # noqa: E402
 
 TM, TM80, COST64, COST80 = 64, 80, 64, 75
-# packed entries: against version 10's, and against the aligned ones (bl_bwd_packed_chosen)
-COST_PACKED, COST_PACKED_VS_ALIGNED = 78, 80
 
 
 def main():
@@ -34,8 +30,6 @@ def main():
         for a in range((s + TM80 - 1) // TM80):
             lo, hi = (TM80 * a) // TM, min((TM80 * a + TM80 - 1) // TM, tm - 1)
             t80 += int(m[lo:hi + 1].any(0).sum())
-        col = m.sum(0).tolist()
-        packed = sum(1 if c == 0 else (4 * c + 4) // 5 for c in col) if not causal else 0
         runs = []
         for c in range(tn):
             length = 0
@@ -45,13 +39,9 @@ def main():
                 elif length:
                     runs.append(length)
                     length = 0
-        use_packed = packed and packed * COST_PACKED_VS_ALIGNED < t80 * COST80
-        cost80 = packed * COST_PACKED if use_packed else t80 * COST80
-        ratio = cost80 / max(1, t64 * COST64)
-        pick = "64 rows" if ratio >= 1 else "80 rows packed" if use_packed else "80 rows aligned"
-        print(f"negl {negl}: kept {t64 / (tm * tn):.3f}, packed / aligned entries "
-              f"{packed / max(1, t80):.3f}, 80-row / 64-row cost {ratio:.3f} -> {pick}; "
-              f"mean run {sum(runs) / max(1, len(runs)):.1f} tiles")
+        ratio = t80 * COST80 / max(1, t64 * COST64)
+        print(f"negl {negl}: kept {t64 / (tm * tn):.3f}, 80-row / 64-row cost {ratio:.3f} -> "
+              f"{80 if ratio < 1 else 64} rows; mean run {sum(runs) / max(1, len(runs)):.1f} tiles")
 
 
 if __name__ == "__main__":
