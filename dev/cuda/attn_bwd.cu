@@ -111,7 +111,10 @@ struct Case {
     int nan_row;     // 1: one q row of head 0 is NaN (checks NaN stays in its head)
     int synthetic;   // 1: long sequences: random out, made-up lse and W (no O(S^2) CPU forward),
                      //    and a CPU reference that visits the kept tiles only
+    int pick;        // head dim 128, mask: the 80-row entries the device must pick (kPick*), or
+                     //    kPickAny (the case fails when another kernel runs it)
 };
+enum { kPickAny = 0, kPickPacked = 1, kPickAligned = 2 };
 
 // A (B, S, H, D) tensor on the host: float values already rounded to the dtype, and its layout.
 struct HostT {
@@ -468,14 +471,23 @@ static int run_case(const Case &c) {
         bl_bwd_workspace_layout(bl_bwd_make_dims(&desc), ws, &w);
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
-        pick = bl_bwd_masked_full(tot)    ? " [80 rows, dense]"
-               : bl_bwd_rows80_chosen(tot) ? " [80 rows]"
-                                           : " [64 rows]";
+        pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
+               : !bl_bwd_rows80_chosen(tot) ? " [64 rows]"
+               : c.causal || !bl_bwd_packed_chosen(tot) ? " [80 rows]"
+                                                        : " [80 rows, packed]";
         // A mask that keeps every tile of a call without a causal mask must take the dense
         // kernel, and no other mask may (causal calls never do: bl_bwd_masked_full).
         const bool full = !c.causal && std::all_of(mask.begin(), mask.end(),
                                                    [](uint8_t x) { return x != 0; });
         if (bl_bwd_masked_full(tot) != full) ok = 0;
+        // Cases written for packed (or aligned) entries must still reach them: a change of the
+        // cost constants would otherwise leave that path unchecked without a word.
+        const bool packed = !c.causal && bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) &&
+                            bl_bwd_packed_chosen(tot);
+        const bool aligned = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) && !packed;
+        if (variant == BL_BWD_VARIANT_WGMMA && ((c.pick == kPickPacked && !packed) ||
+                                                (c.pick == kPickAligned && !aligned)))
+            ok = 0;
     }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
            "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s%s\n",
@@ -888,6 +900,9 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
+        // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
+        // ceil(4 c / 5) x 79 < 64 c whatever the rounding
+        cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
         // 280 key tiles: more than one schedule window (264 positions on 132 SMs)
         cases.push_back({1, 64, 256, 140, 140, 128, 0, BF, 1, 0.5, 0, 0, 0});
         // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)
@@ -932,6 +947,15 @@ int main(int argc, char **argv) {
         cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
         cases.push_back({1, 700, 900, 2, 1, 128, 1, FP, 1, 1.0, 0, 0, 0});  // causal, every tile
         cases.push_back({1, 900, 300, 2, 2, 128, 1, FP, 1, 0.5, 0, 0, 0});
+        // Masked non-causal calls on packed 80-row entries (picked where they cost less than the
+        // 64-row and the aligned 80-row ones: columns of more than ~80 kept 64-row tiles make
+        // that certain): MQA with Sq not a multiple of 64, strided, and a mask keeping 90 %
+        // (pieces mostly contiguous) -- with 3 CTAs each walks many columns.
+        cases.push_back({1, 2000, 700, 4, 1, 128, 0, BF, 1, 0.7, 0, 0, 0, 0, kPickPacked});
+        cases.push_back({2, 1400, 400, 8, 1, 128, 0, FP, 1, 0.5, 0, 1, 0, 0, kPickPacked});
+        cases.push_back({1, 3000, 500, 2, 1, 128, 0, BF, 1, 0.9, 0, 0, 0, 0, kPickPacked});
+        // ... and at 99 %, where the aligned entries (every row, nearly all kept) cost less
+        cases.push_back({1, 1500, 400, 2, 1, 128, 0, FP, 1, 0.99, 0, 0, 0, 0, kPickAligned});
         // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
         // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal
         // (80 rows), selected. (They checked dev/cuda/wip/bwd-lazy-dq-zero.patch, whose zeroing

@@ -124,15 +124,18 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     return BL_OK;
 }
 
-// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set); lists:
-// a masked call's (p.lists80).
+// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set; without a
+// causal mask p.tm_qp / p.tm_dop too), walking `entries` (r80_entries): R80_DENSE, or a masked
+// call's p.lists80 (R80_LISTS with a causal mask, R80_MASKED without) or packed entries.
 template <typename T>
-bl_status launch_rows80(const bwd_params &p, bool lists, int64_t num_cols, cudaStream_t stream) {
+bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_cols,
+                        cudaStream_t stream) {
     const size_t smem = r80_smem::BYTES;
-    auto kernel = p.causal ? (lists ? bwd_ws128r80_kernel<T, true, true>
-                                    : bwd_ws128r80_kernel<T, true, false>)
-                           : (lists ? bwd_ws128r80_kernel<T, false, true>
-                                    : bwd_ws128r80_kernel<T, false, false>);
+    auto kernel = p.causal ? (entries == R80_LISTS ? bwd_ws128r80_kernel<T, true, R80_LISTS>
+                                                   : bwd_ws128r80_kernel<T, true, R80_DENSE>)
+                  : entries == R80_MASKED ? bwd_ws128r80_kernel<T, false, R80_MASKED>
+                  : entries == R80_PACKED ? bwd_ws128r80_kernel<T, false, R80_PACKED>
+                                          : bwd_ws128r80_kernel<T, false, R80_DENSE>;
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int sms = 0;
@@ -142,8 +145,9 @@ bl_status launch_rows80(const bwd_params &p, bool lists, int64_t num_cols, cudaS
     const int64_t ctas = few ? 3 : sms;
     const int64_t grid = num_cols < ctas ? num_cols : ctas;
     // On a masked call (p.totals set) a programmatic dependent launch behind the kernel before
-    // it (version 10, or this one with lists), so that its launch overlaps that kernel's run
-    // (the sparse calls, where microseconds count); the kernel waits for the other to complete.
+    // it (version 10, or this one on a masked call's entries), so that its launch overlaps that
+    // kernel's run (the sparse calls, where microseconds count); the kernel waits for the other
+    // to complete.
     BL_CUDA_CHECK(bl_launch(kernel, dim3((unsigned)grid), dim3(WS_THREADS), smem, stream,
                             p.totals != nullptr, p));
     return BL_OK;
@@ -268,11 +272,14 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
     // Head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row boxes and
-    // its own dq accumulator layout: dense calls always; masked and selected calls where their
-    // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_chosen), on the dense
-    // kernel where a mask without a causal one keeps every tile (bl_bwd_masked_full): only the
-    // device knows the lists, so the kernels are launched and those not picked return at once,
-    // and the postprocess reads the same choice (BL_DQ_CHOSEN). Dev variants force either kernel.
+    // its own dq accumulator layouts: dense calls always; masked and selected calls where their
+    // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_cheaper): aligned entries,
+    // or without a causal mask packed ones where those cost less (bl_bwd_packed_chosen: the
+    // kept 64-row tiles end to end, Q / dO by pieces), and the dense walk where a mask without
+    // a causal one keeps every tile (bl_bwd_masked_full). Only the device knows the lists, so
+    // version 10 and the 80-row kernels of a masked call are all launched and those not picked
+    // return at once; the postprocess reads the same choice (BL_DQ_CHOSEN, BL_DQ_PACKED). Dev
+    // variants force a kernel (the 80-row one on aligned entries).
     bool rows80 =
         d->head_dim == 128 && tma_kv &&
         (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
@@ -280,16 +287,29 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
     const bool masked = tiles != NULL;
-    // A masked call's 80-row entries are list codes hl << 20 | m << 2 | bits (select_sm90.cu):
-    // calls too long or too grouped for that encoding keep version 10 alone.
+    for (int i = 0; rows80 && masked && !d->causal && i < 3; ++i) {
+        const uint32_t box = (uint32_t)(R80_PACKED_BOX * (i + 1));
+        rows80 = bl_make_tensor_map(&p.tm_qp[i], q, dm.batch, dm.seqlen_q, dm.heads_q,
+                                    d->head_dim, box, bf16) &&
+                 bl_make_tensor_map(&p.tm_dop[i], dout, dm.batch, dm.seqlen_q, dm.heads_q,
+                                    d->head_dim, box, bf16);
+    }
+    // A masked call's aligned 80-row entries are list codes hl << 20 | m << 2 | bits
+    // (select_sm90.cu): calls too long or too grouped for that encoding keep version 10 alone.
     if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
-    const bool choose = rows80 && masked && g_variant != BL_BWD_VARIANT_WS128_ROWS80;
-    bl_dq_layout layout = !rows80 ? BL_DQ_ROWS : choose ? BL_DQ_CHOSEN : BL_DQ_TILES80;
+    const bool forced = g_variant == BL_BWD_VARIANT_WS128_ROWS80;  // no choice: 80 rows, aligned
+    bl_dq_layout layout = BL_DQ_ROWS;
+    if (rows80 && !masked)
+        layout = BL_DQ_TILES80;
+    else if (rows80 && d->causal)
+        layout = forced ? BL_DQ_TILES80 : BL_DQ_CHOSEN;
+    else if (rows80)
+        layout = forced ? BL_DQ_TILES80G : BL_DQ_PACKED;
     BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream,
                                     selecting));
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, rows80 && masked, &ws, stream));
 
-    if (choose) {
+    if (rows80 && masked && !forced) {
         // The 64-row kernel first: the 80-row ones follow as programmatic dependents.
         p.totals = ws.totals;
         bool perm = false;
@@ -300,13 +320,17 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         if (!perm) return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: 64-row kernel without TMA");
     }
     if (rows80) {
-        BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, masked, num_cols, stream)
-                    : launch_rows80<__half>(p, masked, num_cols, stream));
-        // Last in the chain without a causal mask: the dense 80-row kernel, which runs where the
-        // mask keeps every tile.
-        if (choose && !d->causal)
-            BL_TRY(bf16 ? launch_rows80<__nv_bfloat16>(p, false, num_cols, stream)
-                        : launch_rows80<__half>(p, false, num_cols, stream));
+        auto launch = [&](r80_entries e) {
+            return bf16 ? launch_rows80<__nv_bfloat16>(p, e, num_cols, stream)
+                        : launch_rows80<__half>(p, e, num_cols, stream);
+        };
+        BL_TRY(launch(!masked ? R80_DENSE : d->causal ? R80_LISTS : R80_MASKED));
+        // Without a causal mask the packed entries next, and last the dense kernel: it runs
+        // where the mask keeps every tile.
+        if (masked && !d->causal && !forced) {
+            BL_TRY(launch(R80_PACKED));
+            BL_TRY(launch(R80_DENSE));
+        }
     } else {
         bl_status st;
         bool perm = false;

@@ -48,7 +48,8 @@ struct bl_bwd_workspace {
     // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
-    // {sum of counts, sum of counts80, tiles missing} over the call's key tiles, where the last
+    // {sum of counts, sum of counts80, tiles missing, sum of the packed entries (0 with a
+    // causal mask), bl_bwd_packed_count} over the call's key tiles, where the third
     // counts the (q head, row tile) pairs of each key tile that the mask drops, without a causal
     // mask (with one, 1 per key tile: never full): which kernel takes a masked head-dim-128
     // call, read by all of them on the device (bl_bwd_rows80_chosen, bl_bwd_masked_full).
@@ -60,15 +61,27 @@ struct bl_bwd_workspace {
 
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
 // the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
-// A masked call takes the 80-row kernel where its entries cost less in all.
-enum { BL_R80_ENTRY_COST = 75, BL_R64_ENTRY_COST = 64 };
+// A masked call takes the 80-row kernel where its entries cost less in all. Packed entries
+// (bwd_ws128r80_sm90.cuh: rows gathered from two 64-row tiles, every row kept) measured ~3 %
+// faster than version 10's at 50 % random kept and video masks at 20-75 %, level at 25 %, ~2 %
+// slower at 10 % (bench/results/bwd-s21.txt; bwd-s22.txt run 1): at cost 79 against its 64
+// they run where the columns keep more than ~40 64-row tiles each (ceil(4 c / 5) x 79 < 64 c;
+// 16k: above ~16 % kept, 32k: above ~8 %). Against aligned entries they lose
+// on nearly full masks (32k x 24 video at 96 % kept: +0.9..1.8 %), so there they count 80: they
+// run only where they skip more than ~6 % of the aligned entries' rows.
+enum {
+    BL_R80_ENTRY_COST = 75,
+    BL_R64_ENTRY_COST = 64,
+    BL_PACKED_ENTRY_COST = 79,
+    BL_PACKED_VS_ALIGNED_COST = 80
+};
 // An 80-row list entry: hl << BL_R80_ENTRY_HL_SHIFT | m << 2 | bits (m < 2^18, hl < 2^11).
 enum { BL_R80_ENTRY_HL_SHIFT = 20 };
 inline bool bl_bwd_r80_lists_fit(const bl_bwd_dims &dm) {
     return dm.tiles_m80 < (1 << (BL_R80_ENTRY_HL_SHIFT - 2)) &&
            dm.group < (1 << (31 - BL_R80_ENTRY_HL_SHIFT));
 }
-enum { BL_BWD_TOTALS = 3 };
+enum { BL_BWD_TOTALS = 4 };
 // A masked call without a causal mask whose mask keeps every tile computes exactly the dense
 // gradients: the dense 80-row kernel runs it (the masked one's list decoding cost it 1.4-2 % on
 // such calls, bench/results/bench-2026-11-30-s16.txt). With a causal mask the masked kernel
@@ -77,9 +90,28 @@ enum { BL_BWD_TOTALS = 3 };
 __host__ __device__ inline bool bl_bwd_masked_full(const unsigned long long *totals) {
     return totals[2] == 0;
 }
-// Whether a masked call's 80-row entries cost less than its 64-row ones.
-__host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals) {
+// The packed 80-row entries of a column whose list keeps c64 64-row tiles (r80_packed in
+// bwd_ws128r80_sm90.cuh): ceil(64 c64 / 80), and one entry of padding where nothing is kept.
+__host__ __device__ inline int bl_bwd_packed_count(int c64) {
+    return c64 == 0 ? 1 : (4 * c64 + 4) / 5;
+}
+// Whether a masked call without a causal mask runs its 80-row entries packed rather than
+// aligned (totals[3] = 0 with a causal mask: always aligned).
+__host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *totals) {
+    return totals[3] != 0 && totals[3] * BL_PACKED_VS_ALIGNED_COST < totals[1] * BL_R80_ENTRY_COST;
+}
+// Whether a masked call's aligned 80-row entries cost less than its 64-row ones (with a causal
+// mask, where there are no packed ones, what bl_bwd_rows80_cheaper amounts to).
+__host__ __device__ inline bool bl_bwd_aligned80_cheaper(const unsigned long long *totals) {
     return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
+}
+// Whether a masked call's 80-row entries (the cheaper of the aligned and the packed ones) cost
+// less than its 64-row ones.
+__host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals) {
+    const unsigned long long cost80 = bl_bwd_packed_chosen(totals)
+                                          ? totals[3] * BL_PACKED_ENTRY_COST
+                                          : totals[1] * BL_R80_ENTRY_COST;
+    return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
@@ -108,11 +140,21 @@ enum bl_dq_layout {
                               // (TMA reduce-adds of dq_block_stage's staging, bwd_wgmma_sm90.cuh)
     BL_DQ_TILES80 = 2,        // (B, Hq, Tm80) blocks of 80 x 128 in the order the 80-row kernel
                               // stages them (bwd_ws128r80_sm90.cuh, r80_dq_offset)
-    BL_DQ_CHOSEN = 3          // ROWS_PERMUTED or TILES80, as the device chose for a masked call
-                              // (bl_bwd_rows80_chosen on ws->totals)
+    BL_DQ_CHOSEN = 3,         // ROWS_PERMUTED or TILES80, as the device chose for a masked
+                              // causal call (bl_bwd_rows80_chosen on ws->totals)
+    BL_DQ_TILES64R = 4,       // (B, Hq, Tm) blocks of 64 x 128, each 8 runs of 8 queries per
+                              // staging warp in the 80-row kernel's order (its packed entries:
+                              // r80_reduce_packed)
+    BL_DQ_TILES80G = 5,       // as TILES80, each block in TILES64R's order (the aligned
+                              // entries of a masked call without a causal mask)
+    BL_DQ_PACKED = 6          // a masked call without a causal mask: TILES80 where the mask
+                              // keeps every tile (bl_bwd_masked_full on ws->totals), else
+                              // where 80-row entries ran (bl_bwd_rows80_cheaper) TILES64R for
+                              // packed ones (bl_bwd_packed_chosen), TILES80G for aligned ones,
+                              // else ROWS_PERMUTED (version 10)
 };
 
-// Floats of the dq accumulator in `layout` (BL_DQ_TILES80 covers the padded last row tile).
+// Floats of the dq accumulator in `layout` (the tile layouts cover the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 
 // bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`; dependent:

@@ -25,8 +25,10 @@ struct bwd_params {
     // 1, 1) boxes, for the persistent head-dim-128 kernel, which also stores dK and dV by TMA
     // (tm_dk, tm_dv: like K and V). Left unset where TMA cannot be used.
     // tm_q80 / tm_do80: Q and dO with (64, 80, 1, 1) boxes, for the 80-row kernel
-    // (bwd_ws128r80_sm90.cuh).
+    // (bwd_ws128r80_sm90.cuh); tm_qp[i] / tm_dop[i]: (64, 16 (i + 1), 1, 1) boxes, for its
+    // packed entries (r80_tma_packed), which gather 80 rows from two 64-row tiles.
     CUtensorMap tm_q, tm_do, tm_dq, tm_k, tm_v, tm_dk, tm_dv, tm_q80, tm_do80;
+    CUtensorMap tm_qp[3], tm_dop[3];
     const void *q, *k, *v, *dout;
     void *dk, *dv;
     int64_t q_sb, q_ss, q_sh;

@@ -32,9 +32,21 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d) {
     return dm;
 }
 
+// Rows per (batch, q head) the dq accumulator spans in `layout`.
+static int64_t bl_bwd_dq_accum_rows(const bl_bwd_dims &dm, bl_dq_layout layout) {
+    const int64_t rows80 = dm.tiles_m80 * BL_BWD_TM_DENSE, rows64 = dm.tiles_m * BL_BWD_TM;
+    switch (layout) {
+    case BL_DQ_TILES80:
+    case BL_DQ_TILES80G:
+    case BL_DQ_CHOSEN: return rows80;
+    case BL_DQ_TILES64R: return rows64;
+    case BL_DQ_PACKED: return rows80 > rows64 ? rows80 : rows64;
+    default: return dm.seqlen_q;
+    }
+}
+
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout) {
-    const int64_t rows = layout == BL_DQ_TILES80 ? dm.tiles_m80 * BL_BWD_TM_DENSE : dm.seqlen_q;
-    return (size_t)(dm.batch * rows * dm.heads_q * dm.head_dim);
+    return (size_t)(dm.batch * bl_bwd_dq_accum_rows(dm, layout) * dm.heads_q * dm.head_dim);
 }
 
 static size_t ws_take(size_t *offset, size_t bytes) {
@@ -48,9 +60,9 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     const size_t tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m * dm.tiles_n);
     const size_t cols = (size_t)(dm.batch * dm.heads_k * dm.tiles_n);
     size_t off = 0;
-    // Room for either layout of the dq accumulator (the 80-row one pads the last row tile).
+    // Room for every layout of the dq accumulator (the tile ones pad the last row tile).
     const size_t dq_rows = bl_bwd_dq_accum_floats(dm, BL_DQ_ROWS);
-    const size_t dq_tiles = bl_bwd_dq_accum_floats(dm, BL_DQ_TILES80);
+    const size_t dq_tiles = bl_bwd_dq_accum_floats(dm, BL_DQ_PACKED);
     size_t o_dq = ws_take(&off, (dq_rows > dq_tiles ? dq_rows : dq_tiles) * sizeof(float));
     size_t o_dlt = ws_take(&off, rows_q * sizeof(float));
     size_t o_lse = ws_take(&off, rows_q * sizeof(float));
@@ -123,8 +135,8 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // of dlt / lse_log2.
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
 // dq_accum: its first zero_rows * B * Hq * D floats zeroed, as (B, zero_rows, Hq, D): zero_rows =
-// Sq covers the (B, Sq, Hq, D) layouts, Tm80 * 80 (<= Sq_pad) the 80-row blocks of BL_DQ_TILES80
-// (all that matters for zeroing is the range). unkept_rows (bl_bwd_workspace) is filled too.
+// Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
+// (bl_bwd_dq_accum_rows, <= Sq_pad; all that matters for zeroing is the range). unkept_rows (bl_bwd_workspace) is filled too.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
@@ -225,49 +237,89 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
                                row % dm.heads_q, (int)(tid % TPR));
 }
 
-// The BL_DQ_TILES80 layout: one CTA per 80 x 128 block (b, h, row tile m), (B, Hq, Tm80) in
-// order. The block is the 8 consumer warps' staging one after the other, 1280 floats each
-// (r80_dq_offset in bwd_ws128r80_sm90.cuh): float (32t + lane) * 4 + x of warp w holds query
-// 8t + 2(lane % 4) + (x & 1), column 16w + lane / 4 + 8(x >> 1). The block goes through shared
-// memory, each warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in
-// distinct banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
+// The tile layouts: one CTA per ROWS x 128 block (b, h, row tile m), (B, Hq, rows' tiles) in
+// order; BL_DQ_TILES80 and TILES80G (ROWS = 80), TILES64R (64). A block is the 8 consumer warps'
+// staging (bwd_ws128r80_sm90.cuh): vector (lane, x) of warp w's group t holds query 8t +
+// 2(lane % 4) + (x & 1), column 16w + lane / 4 + 8(x >> 1); TILES80 has each warp's groups
+// one after the other (r80_dq_offset), the others (GROUPED) each group's warps
+// (r80_dq_offset_grouped). The block goes through shared memory in the warp-major order, each
+// warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in distinct
+// banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
 constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
-constexpr int PP80_WARP_FLOATS = 16 * PP80_ROWS;  // one staging warp's 16 columns x 80 rows
-constexpr int PP80_WARP_STRIDE = PP80_WARP_FLOATS + 4;
-// CTA blk's block.
-template <typename T>
-__device__ __forceinline__ void postprocess_r80(const bl_bwd_dims &dm, float scale,
-                                                const float *__restrict__ dq_accum,
-                                                uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
-                                                int64_t sh, int64_t blk) {
+constexpr int PP_TILE_SMEM_FLOATS = (PP80_D / 16) * (16 * PP80_ROWS + 4);  // the larger block
+// CTA blk's block, through `tile` (PP_TILE_SMEM_FLOATS of shared memory).
+template <typename T, int ROWS, bool GROUPED>
+__device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float scale,
+                                                 const float *__restrict__ dq_accum,
+                                                 uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
+                                                 int64_t sh, int64_t blk, float *tile) {
     constexpr int WARPS = PP80_D / 16;
-    constexpr int WARP_VEC = PP80_WARP_FLOATS / 4;
-    __shared__ __align__(16) float tile[WARPS * PP80_WARP_STRIDE];
-    const int64_t m = blk % dm.tiles_m80, h = (blk / dm.tiles_m80) % dm.heads_q,
-                  b = blk / (dm.tiles_m80 * dm.heads_q);
-    const float4 *src = reinterpret_cast<const float4 *>(dq_accum + blk * PP80_ROWS * PP80_D);
-    for (int f = threadIdx.x; f < WARPS * WARP_VEC; f += PP_THREADS)
-        *reinterpret_cast<float4 *>(&tile[(f / WARP_VEC) * PP80_WARP_STRIDE + 4 * (f % WARP_VEC)]) =
-            src[f];
+    constexpr int WARP_FLOATS = 16 * ROWS;  // one staging warp's 16 columns x ROWS rows
+    constexpr int WARP_STRIDE = WARP_FLOATS + 4;
+    constexpr int WARP_VEC = WARP_FLOATS / 4;
+    static_assert(WARPS * WARP_STRIDE <= PP_TILE_SMEM_FLOATS, "the block fits the buffer");
+    const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
+    const int64_t m = blk % tiles, h = (blk / tiles) % dm.heads_q, b = blk / (tiles * dm.heads_q);
+    const float4 *src = reinterpret_cast<const float4 *>(dq_accum + blk * ROWS * PP80_D);
+    // vector f: warp f / WARP_VEC, its vector f % WARP_VEC; GROUPED: group f / 256, warp (f / 32) % 8
+    for (int f = threadIdx.x; f < WARPS * WARP_VEC; f += PP_THREADS) {
+        const int w = GROUPED ? (f >> 5) % WARPS : f / WARP_VEC;
+        const int v = GROUPED ? (f / (32 * WARPS)) * 32 + (f & 31) : f % WARP_VEC;
+        *reinterpret_cast<float4 *>(&tile[w * WARP_STRIDE + 4 * v]) = src[f];
+    }
     __syncthreads();
-    for (int item = threadIdx.x; item < PP80_ROWS * (PP80_D / PP_VEC); item += PP_THREADS) {
+    for (int item = threadIdx.x; item < ROWS * (PP80_D / PP_VEC); item += PP_THREADS) {
         const int q = item / (PP80_D / PP_VEC), c = item % (PP80_D / PP_VEC);
-        const int64_t i = m * PP80_ROWS + q;
+        const int64_t i = m * ROWS + q;
         if (i >= dm.seqlen_q) continue;
         // columns 8c..8c+7: warp c / 2, register pair x >> 1 = c % 2, lanes 4 lg + lt for lg = 0..7
         const int t = q >> 3, lt = (q & 7) >> 1;
-        const float *at = tile + (c >> 1) * PP80_WARP_STRIDE + (32 * t + lt) * 4 + 2 * (c & 1) + (q & 1);
+        const float *at = tile + (c >> 1) * WARP_STRIDE + (32 * t + lt) * 4 + 2 * (c & 1) + (q & 1);
         bl_vec16 o;
 #pragma unroll
         for (int lg = 0; lg < PP_VEC; ++lg) o.h[lg] = float_to_bits<T>(at[16 * lg] * scale);
         *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + c * PP_VEC) = o.u;
     }
 }
-template <typename T>
+template <typename T, int ROWS, bool GROUPED>
 __global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_postprocess_r80_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
-                              uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
-    postprocess_r80<T>(dm, scale, dq_accum, dq, sb, ss, sh, blockIdx.x);
+bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                               uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+    __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
+    postprocess_tile<T, ROWS, GROUPED>(dm, scale, dq_accum, dq, sb, ss, sh, blockIdx.x, tile);
+}
+
+// ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D) accumulator with permuted columns
+// (version 10's), converted by the CTA of tile blk in a tile layout's grid: every load first,
+// then the conversions (a tile layout's shared memory caps the grid's occupancy, so each thread
+// keeps its items' loads in flight together).
+template <typename T, int ROWS>
+__device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, float scale,
+                                                       const float *__restrict__ dq_accum,
+                                                       uint16_t *__restrict__ dq, int64_t sb,
+                                                       int64_t ss, int64_t sh, int64_t blk) {
+    const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
+    const int64_t m = blk % tiles, h = (blk / tiles) % dm.heads_q, b = blk / (tiles * dm.heads_q);
+    constexpr int TPR = PP80_D / PP_VEC;
+    constexpr int ITEMS = ROWS * TPR / PP_THREADS;  // (row, 8-column part) per thread
+    static_assert(ITEMS * PP_THREADS == ROWS * TPR, "the block splits evenly");
+    float4 a[ITEMS][2];
+#pragma unroll
+    for (int x = 0; x < ITEMS; ++x) {
+        const int item = threadIdx.x + x * PP_THREADS;
+        const int64_t i = m * ROWS + item / TPR;
+        const float4 *acc = reinterpret_cast<const float4 *>(
+            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
+        if (i < dm.seqlen_q) a[x][0] = acc[0], a[x][1] = acc[1];
+    }
+#pragma unroll
+    for (int x = 0; x < ITEMS; ++x) {
+        const int item = threadIdx.x + x * PP_THREADS;
+        const int64_t i = m * ROWS + item / TPR;
+        if (i < dm.seqlen_q)
+            store_row_part<T>(a[x][0], a[x][1], true, scale,
+                              dq + b * sb + i * ss + h * sh + (item % TPR) * PP_VEC);
+    }
 }
 
 // BL_DQ_CHOSEN: the layout of the kernel the device picked (bl_bwd_rows80_chosen), one launch
@@ -280,34 +332,37 @@ __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+    __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
-    if (bl_bwd_rows80_chosen(totals)) {
-        postprocess_r80<T>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
-        return;
-    }
-    const int64_t m = blk % dm.tiles_m80, h = (blk / dm.tiles_m80) % dm.heads_q,
-                  b = blk / (dm.tiles_m80 * dm.heads_q);
-    constexpr int TPR = PP80_D / PP_VEC;
-    constexpr int ITEMS = PP80_ROWS * TPR / PP_THREADS;  // (row, 8-column part) per thread: 5
-    static_assert(ITEMS * PP_THREADS == PP80_ROWS * TPR, "the block splits evenly");
-    // Every load first, then the conversions: the 80-row path's shared memory caps this grid's
-    // occupancy, so each thread keeps its 5 items' loads in flight together.
-    float4 a[ITEMS][2];
-#pragma unroll
-    for (int x = 0; x < ITEMS; ++x) {
-        const int item = threadIdx.x + x * PP_THREADS;
-        const int64_t i = m * PP80_ROWS + item / TPR;
-        const float4 *acc = reinterpret_cast<const float4 *>(
-            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
-        if (i < dm.seqlen_q) a[x][0] = acc[0], a[x][1] = acc[1];
-    }
-#pragma unroll
-    for (int x = 0; x < ITEMS; ++x) {
-        const int item = threadIdx.x + x * PP_THREADS;
-        const int64_t i = m * PP80_ROWS + item / TPR;
-        if (i < dm.seqlen_q)
-            store_row_part<T>(a[x][0], a[x][1], true, scale,
-                              dq + b * sb + i * ss + h * sh + (item % TPR) * PP_VEC);
+    if (bl_bwd_rows80_chosen(totals))
+        postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+    else
+        postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
+}
+
+// BL_DQ_PACKED: the same for a masked call without a causal mask, whose picks are the dense
+// kernel's 80-row blocks (a mask keeping every tile), aligned entries' 80-row ones (grouped),
+// packed entries' 64-row ones, or version 10's rows (converted 64 per CTA): one launch on the
+// larger grid, whose extra CTAs return.
+template <typename T>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                                 const unsigned long long *__restrict__ totals,
+                                 uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+    __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
+    const int64_t blk = blockIdx.x;
+    const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals);
+    if (full || (rows80 && !bl_bwd_packed_chosen(totals))) {
+        if (blk >= dm.batch * dm.heads_q * dm.tiles_m80) return;
+        if (full)
+            postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+        else
+            postprocess_tile<T, PP80_ROWS, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+    } else if (blk < dm.batch * dm.heads_q * dm.tiles_m) {
+        if (rows80)
+            postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+        else
+            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
     }
 }
 
@@ -318,9 +373,7 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                                   bool dependent) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
-    const int64_t zero_rows = layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN
-                                  ? dm.tiles_m80 * BL_BWD_TM_DENSE
-                                  : dm.seqlen_q;
+    const int64_t zero_rows = bl_bwd_dq_accum_rows(dm, layout);
     BL_CUDA_CHECK(bl_launch(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
                             dim3(PP_THREADS), 0, stream, dependent, dm,
                             (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
@@ -335,11 +388,29 @@ template <typename T, int D>
 static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_layout layout,
                                    bl_tensor dq, const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
+    const int64_t r64_blocks = dm.batch * dm.heads_q * dm.tiles_m;
     const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
+    if (layout != BL_DQ_ROWS && layout != BL_DQ_ROWS_PERMUTED && D != PP80_D)
+        return bl_set_error(BL_ERR_INTERNAL, "dq accumulator in tiles at head dim %d", D);
+    if (layout == BL_DQ_TILES64R || layout == BL_DQ_TILES80G) {
+        const bool r64 = layout == BL_DQ_TILES64R;
+        auto kernel = r64 ? bl_bwd_postprocess_tile_kernel<T, BL_BWD_TM, true>
+                          : bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, true>;
+        kernel<<<(unsigned)(r64 ? r64_blocks : r80_blocks), PP_THREADS, 0, stream>>>(
+            dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
+        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
+        return BL_OK;
+    }
+    if (layout == BL_DQ_PACKED) {
+        const int64_t grid = r80_blocks > r64_blocks ? r80_blocks : r64_blocks;
+        bl_bwd_postprocess_packed_kernel<T><<<(unsigned)grid, PP_THREADS, 0, stream>>>(
+            dm, scale, ws->dq_accum, ws->totals, (uint16_t *)dq.data, dq.stride_b, dq.stride_s,
+            dq.stride_h);
+        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_packed_kernel");
+        return BL_OK;
+    }
     if (layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN) {
-        if (D != PP80_D)
-            return bl_set_error(BL_ERR_INTERNAL, "dq accumulator in 80-row tiles at head dim %d", D);
         if (layout == BL_DQ_CHOSEN) {
             bl_bwd_postprocess_chosen_kernel<T><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
                 dm, scale, ws->dq_accum, ws->totals, (uint16_t *)dq.data, dq.stride_b,
@@ -347,9 +418,9 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
             BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_chosen_kernel");
             return BL_OK;
         }
-        bl_bwd_postprocess_r80_kernel<T><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
+        bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, false><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
-        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_r80_kernel");
+        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
     }
     const bool cols_permuted = layout == BL_DQ_ROWS_PERMUTED;

@@ -1,7 +1,8 @@
 // bwd_ws128r80_sm90.cuh -- backward main kernel version 11, head dim 128: version 10
 // (bwd_ws128_sm90.cuh: producer warpgroup, persistent CTAs, the next S^T behind dQ, dK / dV by
 // TMA stores) on entries of 80 query rows instead of 64. Dense calls (with or without a causal
-// mask) always; masked and selected calls where the device finds it cheaper (LISTS).
+// mask) always; masked and selected calls where the device finds it cheaper (LISTS with a
+// causal mask, MASKED without one: aligned or packed entries).
 //
 // Why: at 16k and 32k the non-causal dense backward ran at 0.96x cuDNN while our causal calls ran
 // as fast per entry as cuDNN's; the gap is the main loop's rate per entry -- the fixed work of an
@@ -73,10 +74,17 @@ struct r80_smem {
 // Float offset, in the accumulator's 80 x 128 block of an entry, of consumer warp `warp`'s
 // 16-byte vector `t` for lane `lane`: registers dq[4t .. 4t + 3] of the dQ^T fragment (d rows
 // 16 warp + lane / 4 (+ 8 for the last two), queries 8t + 2(lane % 4) (+1)). The postprocess
-// (bl_bwd_postprocess_r80_kernel) reads the block in this order.
+// (postprocess_tile in bwd_prepost_sm90.cu) reads the block in this order.
 constexpr int R80_WARP_FLOATS = 16 * BM80;
 __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
     return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
+}
+// The same query-group major (masked calls without a causal mask): vector t of every warp, then
+// t + 1, so that each piece of a packed entry (whole groups of 8 queries) is one contiguous run of
+// the staging, and of the BL_DQ_TILES64R block it adds into (r80_reduce_packed); aligned entries
+// add theirs whole into BL_DQ_TILES80G blocks.
+__device__ __forceinline__ uint32_t r80_dq_offset_grouped(int warp, int t, int lane) {
+    return (uint32_t)(((t * WARPS + warp) * 32 + lane) * 4);
 }
 
 // An entry of p.lists80, hl << 20 | m << 2 | bits (select_sm90.cu) -> q head hl of the group,
@@ -134,6 +142,114 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
     bulk_load(s_dlt + 4 * ulo, p.unkept_rows + BM80 + ulo, 4 * (uhi - ulo), bar);
 }
 
+// ---- packed entries (masked calls without a causal mask) ----
+// The column's kept 64-row tiles -- version 10's list (p.lists: c64 codes hl * Tm + m) -- laid
+// end to end and cut into 80-row entries: ceil(4 c64 / 5) of them, so that a masked call
+// computes only its kept rows, on 80-row entries (aligned entries compute the rows of every
+// unkept tile they overlap: 1.5x the kept rows at 50 % random kept; version 10's 64-row entries
+// run ~7 % slower per row). Measured: a packed entry still costs ~3-6 % more than an aligned
+// one (bench/results/bwd-s21.txt), hence the choice, bl_bwd_packed_chosen.
+// Entry it starts off = 80 it - 64 a = 16 (it % 4) rows into list tile a = 5 it / 4: its rows
+// 0 .. rows_a - 1 (rows_a = 64 - off) are rows off.. of tile a, the rest rows 0.. of tile a + 1.
+// A piece past the list's end is padding: TMA loads rows past Sq (zeros), lse = +inf and Dlt =
+// 0 from p.unkept_rows, so its P and dS are exactly 0 (even for NaN inputs), and it adds no dQ.
+// A column with nothing kept gets one entry of padding (its dK = dV = 0 come out of the loop).
+constexpr int R80_PACKED_BOX = 16;  // granularity of the packed entries' pieces (p.tm_qp)
+struct r80_packed_entry {
+    int ha, ma;  // piece A: q head, 64-row tile; ha < 0: padding
+    int hb, mb;  // piece B, the same
+    int rows_a;  // entry rows of piece A: 64, 48, 32 or 16
+};
+__device__ __forceinline__ r80_packed_entry r80_packed(const bwd_params &p, const ws_column &cl,
+                                                       int it) {
+    const int a = (5 * it) >> 2, tm = (int)p.dm.tiles_m, h0 = (int)(cl.g * p.dm.group);
+    r80_packed_entry e;
+    e.rows_a = BL_BWD_TM - 16 * (it & 3);
+    e.ha = e.hb = -1;
+    e.ma = e.mb = 0;
+    if (a < cl.count) {
+        const int code = cl.list[a], hl = code / tm;
+        e.ha = h0 + hl, e.ma = code - hl * tm;
+    }
+    if (a + 1 < cl.count) {
+        const int code = cl.list[a + 1], hl = code / tm;
+        e.hb = h0 + hl, e.mb = code - hl * tm;
+    }
+    return e;
+}
+
+// TMA of packed entry e into buffer `buf` (as r80_tma_row_tile): Q and dO per piece, by the
+// map whose box is the piece's rows (p.tm_qp, p.tm_q: one load per 64-column panel), or as one
+// 80-row box where piece B is the tile right after piece A; padding takes rows from Sq_pad on,
+// which TMA fills with zeros. lse_log2 / Dlt as one bulk copy per piece. The bytes on the barrier
+// are the dense entry's. (Five 16-row boxes per panel ran 9 % slower at 10-25 % kept than one
+// 80-row box: bench/results/bwd-s21.txt.)
+__device__ __forceinline__ void r80_tma_packed(const bwd_params &p, uint32_t s0, int buf, int64_t b,
+                                               const r80_packed_entry &e) {
+    using L = r80_smem;
+    static_assert(BL_BWD_TM % R80_PACKED_BOX == 0 && BM80 - BL_BWD_TM == R80_PACKED_BOX,
+                  "pieces are whole boxes of p.tm_qp or p.tm_q");
+    constexpr uint32_t ROW_BYTES = BM80 * sizeof(float);
+    const uint32_t bar = s0 + L::BARS + ws_bars::FULL + 8 * buf;
+    mbarrier_arrive_expect_tx(bar, 2 * L::TILE + 2 * ROW_BYTES);
+    const int off = BL_BWD_TM - e.rows_a;
+    const uint32_t sq = s0 + L::Q + buf * L::TILE, sdo = s0 + L::DO + buf * L::TILE;
+    // rows [lo, hi) of the entry from (q head h, sequence row r0), by maps of hi - lo rows
+    auto piece = [&](const CUtensorMap *mq, const CUtensorMap *mdo, int h, int r0, int lo) {
+        const int hh = h < 0 ? 0 : h, row = h < 0 ? (int)p.dm.seqlen_q_pad : r0;
+#pragma unroll
+        for (int panel = 0; panel < L::D / PANEL_COLS; ++panel) {
+            const uint32_t at = panel * L::QPANEL + lo * PANEL_ROW_BYTES;
+            tma_load_4d(sq + at, mq, bar, panel * PANEL_COLS, row, hh, (int)b);
+            tma_load_4d(sdo + at, mdo, bar, panel * PANEL_COLS, row, hh, (int)b);
+        }
+    };
+    const int ra = BL_BWD_TM * e.ma + off, rb = BL_BWD_TM * e.mb;
+    if (e.ha >= 0 && e.hb == e.ha && e.mb == e.ma + 1) {
+        piece(&p.tm_q80, &p.tm_do80, e.ha, ra, 0);
+    } else {
+        const int ia = e.rows_a / R80_PACKED_BOX - 1, ib = (BM80 - e.rows_a) / R80_PACKED_BOX - 1;
+        piece(ia == 3 ? &p.tm_q : &p.tm_qp[ia], ia == 3 ? &p.tm_do : &p.tm_dop[ia], e.ha, ra, 0);
+        piece(ib == 3 ? &p.tm_q : &p.tm_qp[ib], ib == 3 ? &p.tm_do : &p.tm_dop[ib], e.hb, rb,
+              e.rows_a);
+    }
+    const uint32_t s_lse = s0 + L::ROWS + buf * ROW_BYTES;
+    const uint32_t s_dlt = s0 + L::ROWS + (2 + buf) * ROW_BYTES;
+    // entry rows [lo, hi) from (q head h, sequence row r0), or from p.unkept_rows
+    auto rows_piece = [&](int h, int64_t r0, int lo, int hi) {
+        const uint32_t bytes = 4 * (hi - lo);
+        if (h < 0) {
+            bulk_load(s_lse + 4 * lo, p.unkept_rows + lo, bytes, bar);
+            bulk_load(s_dlt + 4 * lo, p.unkept_rows + BM80 + lo, bytes, bar);
+            return;
+        }
+        const int64_t at = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + r0;
+        bulk_load(s_lse + 4 * lo, p.lse_log2 + at, bytes, bar);
+        bulk_load(s_dlt + 4 * lo, p.dlt + at, bytes, bar);
+    };
+    rows_piece(e.ha, ra, 0, e.rows_a);
+    rows_piece(e.hb, rb, e.rows_a, BM80);
+}
+
+// The reducer's dQ reduce-adds of packed entry e from the staging (r80_dq_offset_grouped's order)
+// into the BL_DQ_TILES64R accumulator, whose 64 x 128 blocks have the same order: 8 groups of 8
+// queries, 1024 floats each. Piece A's groups go to tile (ha, ma) from group off / 8 on, piece
+// B's to tile (hb, mb) from group 0: one bulk reduce-add per piece.
+__device__ __forceinline__ void r80_reduce_packed(const bwd_params &p, uint32_t s_stage, int64_t b,
+                                                  const r80_packed_entry &e) {
+    constexpr int GROUP = 8 * 128;                     // floats of 8 queries x 128 d
+    constexpr int TILE_FLOATS = BL_BWD_TM / 8 * GROUP;  // 64 x 128
+    const int groups_a = e.rows_a / 8, off_groups = (BL_BWD_TM - e.rows_a) / 8;
+    const int64_t bq = b * p.dm.heads_q;
+    if (e.ha >= 0)
+        bulk_reduce_add_f32(p.dq_accum + ((bq + e.ha) * p.dm.tiles_m + e.ma) * TILE_FLOATS +
+                                off_groups * GROUP,
+                            s_stage, groups_a * GROUP * 4);
+    if (e.hb >= 0)
+        bulk_reduce_add_f32(p.dq_accum + ((bq + e.hb) * p.dm.tiles_m + e.mb) * TILE_FLOATS,
+                            s_stage + groups_a * GROUP * 4, (BM80 / 8 - groups_a) * GROUP * 4);
+}
+
 // The first 80-row tile of key tile n that a causal mask leaves anything in: tile m's last row
 // 80m + 79 sees the keys j <= 80m + 79 + Sk - Sq. (The last tile always does: its last row is
 // Sq - 1, which sees every key.) 0 without a causal mask.
@@ -144,30 +260,49 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
     return need <= 0 ? 0 : (int)((need + BM80 - 1) / BM80);
 }
 
-// p.dq_accum is in the BL_DQ_TILES80 layout, zeroed. CAUSAL: p.causal is set. LISTS: a masked
-// call, whose entries are p.lists80's (the rows of an entry's unkept 64-row tile get P = 0
-// through their lse: r80_tma_row_tile); else every entry the causal mask leaves.
-template <typename T, bool CAUSAL, bool LISTS>
+// What a launch of version 11 walks: every entry a causal mask leaves (DENSE), a masked causal
+// call's aligned 80-row entries (LISTS: p.lists80; the rows of an entry's unkept 64-row tile get
+// P = 0 through their lse, r80_tma_row_tile), or a masked non-causal call's aligned entries
+// (MASKED) or packed ones (PACKED: r80_packed), whichever the entry totals find cheaper
+// (bl_bwd_packed_chosen). Aligned and packed entries are two instantiations, not a branch in one
+// kernel: with the packed code beside it the aligned walk ran 1-2.5 % slower on the bench's
+// nearly full video masks (bench/results/bwd-s22.txt, run 4).
+enum r80_entries { R80_DENSE = 0, R80_LISTS = 1, R80_MASKED = 2, R80_PACKED = 3 };
+
+// p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G, PACKED:
+// BL_DQ_TILES64R. CAUSAL: p.causal is set.
+template <typename T, bool CAUSAL, int ENTRIES>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
-    // A masked call launches version 10, this kernel with LISTS and, without a causal mask,
-    // this kernel without LISTS, each the programmatic dependent of the one before
-    // (attn_bwd_sm90.cu): each may start while the one before still runs, so it first waits for
-    // it to finish (the postprocess, launched after the last, reads what any of them wrote),
-    // then returns unless the entry totals pick it: without a causal mask the dense walk where
-    // the mask keeps every tile (bl_bwd_masked_full), else the lists if their entries cost less
-    // than version 10's. (The causal kernels keep the code they had before the dense pick:
-    // their SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
+    static_assert(!(CAUSAL && ENTRIES >= R80_MASKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
+                  "masked entries: LISTS with a causal mask, MASKED or PACKED without one");
+    constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
+    constexpr bool MASKED = ENTRIES == R80_MASKED || PACKED;  // (staged query-group major)
+    // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
+    // one on MASKED, PACKED entries and then on the dense walk, each the programmatic dependent of the
+    // one before (attn_bwd_sm90.cu). Each may start while the one before still runs, so it
+    // first waits for it to finish (the postprocess, launched after the last, reads what any of
+    // them wrote), then returns unless the entry totals pick it: the dense walk where the mask
+    // keeps every tile (bl_bwd_masked_full), else the 80-row entries where they cost less than
+    // version 10's (bl_bwd_rows80_cheaper), packed or aligned (bl_bwd_packed_chosen). (The causal kernels keep the code they had before
+    // the dense pick: their SASS, and so their speed, moves with any change here;
+    // bench/results/bwd-s17.txt.)
     if (p.totals != nullptr) {
         if constexpr (CAUSAL) {
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals)) return;
+            if (!bl_bwd_aligned80_cheaper(p.totals)) return;
         } else {
-            if (LISTS) griddep_launch_dependents();
+            if (MASKED) griddep_launch_dependents();
             griddep_wait();
             const bool full = bl_bwd_masked_full(p.totals);
-            if (LISTS ? full || !bl_bwd_rows80_cheaper(p.totals) : !full) return;
+            if (MASKED ? full || !bl_bwd_rows80_cheaper(p.totals) ||
+                             bl_bwd_packed_chosen(p.totals) != PACKED
+                       : !full)
+                return;
         }
     }
+    // (Without totals, where a dev variant forces the 80-row kernel, MASKED runs aligned entries.)
+    constexpr bool packed = PACKED;
+    constexpr bool aligned = LISTS || (MASKED && !PACKED);
     constexpr int D = 128;
     using L = r80_smem;
     constexpr int NQ = BM80 / 8;  // n8 tiles of queries (S^T, dP^T, dQ^T): 10
@@ -200,28 +335,35 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
-                const int m_first = LISTS ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
-                const int count = LISTS ? cl.count80 : (int)dm.group * (tiles_m - m_first);
+                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = aligned  ? cl.count80
+                                  : packed ? bl_bwd_packed_count(cl.count)
+                                           : (int)dm.group * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
                 // A masked call's entries are read one ahead: the load's latency then overlaps
                 // the waits instead of delaying the TMA issue.
-                int code_next = LISTS && count > 0 ? list[0] : 0;
+                int code_next = aligned && count > 0 ? list[0] : 0;
                 int hl = 0, m = m_first, bits = 3;  // entry it: q head hl of the group, row tile m
                 for (int it = 0; it < count; ++it, ++gi) {
-                    if (LISTS) {
+                    if (aligned) {
                         r80_list_entry(code_next, hl, m, bits);
                         if (it + 1 < count) code_next = list[it + 1];
                     }
                     const int buf = gi & 1;
+                    r80_packed_entry e;
+                    if (packed) e = r80_packed(p, cl, it);  // (its list loads before the wait)
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
-                    r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m, bits);
+                    if (packed)
+                        r80_tma_packed(p, s0, buf, cl.b, e);
+                    else
+                        r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m, bits);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
                         ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
                                           cl.n * BN);
                         ++kc;
                     }
-                    if (!LISTS && ++m == tiles_m) m = m_first, ++hl;
+                    if (ENTRIES == R80_DENSE && ++m == tiles_m) m = m_first, ++hl;
                 }
             }
         } else if (threadIdx.x == 32) {
@@ -230,26 +372,33 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int k = 0;; ++k) {
                 const ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
-                const int m_first = LISTS ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
-                const int count = LISTS ? cl.count80 : (int)dm.group * (tiles_m - m_first);
+                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int count = aligned  ? cl.count80
+                                  : packed ? bl_bwd_packed_count(cl.count)
+                                           : (int)dm.group * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
-                int code_next = LISTS && count > 0 ? list[0] : 0;  // one ahead, as the producer
+                int code_next = aligned && count > 0 ? list[0] : 0;  // one ahead, as the producer
                 int hl = 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gj) {
-                    if (LISTS) {
+                    if (aligned) {
                         r80_list_entry(code_next, hl, m, bits);
                         if (it + 1 < count) code_next = list[it + 1];
                     }
+                    r80_packed_entry e;
+                    if (packed) e = r80_packed(p, cl, it);
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
                     const int64_t h = cl.g * dm.group + hl;
-                    bulk_reduce_add_f32(p.dq_accum + ((cl.b * dm.heads_q + h) * tiles_m + m) *
-                                                         (int64_t)(BM80 * D),
-                                        s0 + L::DQS, L::DQ_BYTES);
+                    if (packed)
+                        r80_reduce_packed(p, s0 + L::DQS, cl.b, e);
+                    else
+                        bulk_reduce_add_f32(p.dq_accum + ((cl.b * dm.heads_q + h) * tiles_m + m) *
+                                                             (int64_t)(BM80 * D),
+                                            s0 + L::DQS, L::DQ_BYTES);
                     bulk_commit_group();
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();
                     mbarrier_arrive(bars + ws_bars::DQEMPTY);
-                    if (!LISTS && ++m == tiles_m) m = m_first, ++hl;
+                    if (ENTRIES == R80_DENSE && ++m == tiles_m) m = m_first, ++hl;
                 }
                 for (int x = 0; x < 2; ++x, ++gj) {
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
@@ -275,8 +424,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     for (int k = 0;; ++k) {
         const ws_column cl = ws_take_column(p, bars, col_slots, k);
         if (cl.count < 0) break;
-        const int count =
-            LISTS ? cl.count80 : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(dm, cl.n));
+        const int count = aligned  ? cl.count80
+                          : packed ? bl_bwd_packed_count(cl.count)
+                                   : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(dm, cl.n));
         const int64_t key0 = cl.n * BN;
         const int64_t key_room = dm.seqlen_k - key0;
         // This thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist: a select per P
@@ -452,7 +602,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             float4 *stage = reinterpret_cast<float4 *>(smem_base + L::DQS);
 #pragma unroll
             for (int t = 0; t < NQ; ++t)
-                stage[r80_dq_offset(warp, t, lane) / 4] =
+                stage[(MASKED ? r80_dq_offset_grouped(warp, t, lane) : r80_dq_offset(warp, t, lane)) / 4] =
                     make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
         }
         // the last entry's staged dQ^T

@@ -626,13 +626,15 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
         // shared atomic per warp, one global one per CTA.
-        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull};
+        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
         if (i < n) {
             s[0] = (unsigned long long)c[i];
             s[1] = (unsigned long long)c80;
             // the pairs the mask drops (every column has G * Tm without a causal mask); with
             // one, 1: never full (bl_bwd_masked_full)
             s[2] = causal ? 1ull : (unsigned long long)(dm.group * dm.tiles_m - c[i]);
+            // the packed 80-row entries (bl_bwd_packed_chosen): none with a causal mask
+            s[3] = causal ? 0ull : (unsigned long long)bl_bwd_packed_count(c[i]);
         }
 #pragma unroll
         for (int t = 0; t < BL_BWD_TOTALS; ++t) {
