@@ -66,9 +66,9 @@ struct bl_bwd_workspace {
 // faster than version 10's at 50 % random kept and video masks at 20-75 %, level at 25 %, ~2 %
 // slower at 10 % (bench/results/bwd-s21.txt; bwd-s22.txt run 1): at cost 79 against its 64
 // they run where the columns keep more than ~40 64-row tiles each (ceil(4 c / 5) x 79 < 64 c;
-// 16k: above ~16 % kept, 32k: above ~8 %). Against aligned entries they lose
-// on nearly full masks (32k x 24 video at 96 % kept: +0.9..1.8 %), so there they count 80: they
-// run only where they skip more than ~6 % of the aligned entries' rows.
+// 16k: above ~16 % kept, 32k: above ~8 %). Against aligned entries they lose on nearly full
+// masks (32k x 24 video at 96 % kept: +0.9..1.8 %), so there they count 80: they run only
+// where they skip more than ~6 % of the aligned entries' rows.
 enum {
     BL_R80_ENTRY_COST = 75,
     BL_R64_ENTRY_COST = 64,
@@ -98,7 +98,8 @@ __host__ __device__ inline int bl_bwd_packed_count(int c64) {
 // Whether a masked call without a causal mask runs its 80-row entries packed rather than
 // aligned (totals[3] = 0 with a causal mask: always aligned).
 __host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *totals) {
-    return totals[3] != 0 && totals[3] * BL_PACKED_VS_ALIGNED_COST < totals[1] * BL_R80_ENTRY_COST;
+    return totals[3] != 0 &&
+           totals[3] * BL_PACKED_VS_ALIGNED_COST < totals[1] * BL_R80_ENTRY_COST;
 }
 // Whether a masked call's aligned 80-row entries cost less than its 64-row ones (with a causal
 // mask, where there are no packed ones, what bl_bwd_rows80_cheaper amounts to).

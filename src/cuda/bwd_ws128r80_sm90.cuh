@@ -278,14 +278,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
     constexpr bool MASKED = ENTRIES == R80_MASKED || PACKED;  // (staged query-group major)
     // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
-    // one on MASKED, PACKED entries and then on the dense walk, each the programmatic dependent of the
-    // one before (attn_bwd_sm90.cu). Each may start while the one before still runs, so it
-    // first waits for it to finish (the postprocess, launched after the last, reads what any of
-    // them wrote), then returns unless the entry totals pick it: the dense walk where the mask
-    // keeps every tile (bl_bwd_masked_full), else the 80-row entries where they cost less than
-    // version 10's (bl_bwd_rows80_cheaper), packed or aligned (bl_bwd_packed_chosen). (The causal kernels keep the code they had before
-    // the dense pick: their SASS, and so their speed, moves with any change here;
-    // bench/results/bwd-s17.txt.)
+    // one on MASKED, then PACKED entries, then on the dense walk, each the programmatic
+    // dependent of the one before (attn_bwd_sm90.cu). Each may start while the one before still
+    // runs, so it first waits for it to finish (the postprocess, launched after the last, reads
+    // what any of them wrote), then returns unless the entry totals pick it: the dense walk
+    // where the mask keeps every tile (bl_bwd_masked_full), else the 80-row entries where they
+    // cost less than version 10's (bl_bwd_rows80_cheaper), packed or aligned
+    // (bl_bwd_packed_chosen). (The causal kernels keep the code they had before the dense pick:
+    // their SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
     if (p.totals != nullptr) {
         if constexpr (CAUSAL) {
             griddep_wait();
@@ -602,7 +602,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             float4 *stage = reinterpret_cast<float4 *>(smem_base + L::DQS);
 #pragma unroll
             for (int t = 0; t < NQ; ++t)
-                stage[(MASKED ? r80_dq_offset_grouped(warp, t, lane) : r80_dq_offset(warp, t, lane)) / 4] =
+                stage[(MASKED ? r80_dq_offset_grouped(warp, t, lane)
+                              : r80_dq_offset(warp, t, lane)) / 4] =
                     make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
         }
         // the last entry's staged dQ^T
