@@ -136,7 +136,8 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
 // dq_accum: its first zero_rows * B * Hq * D floats zeroed, as (B, zero_rows, Hq, D): zero_rows =
 // Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
-// (bl_bwd_dq_accum_rows, <= Sq_pad; all that matters for zeroing is the range). unkept_rows (bl_bwd_workspace) is filled too.
+// (bl_bwd_dq_accum_rows, <= Sq_pad; all that matters for zeroing is the range). unkept_rows
+// (bl_bwd_workspace) is filled too.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
