@@ -4,7 +4,7 @@
 # throughput). One device call; needs build/dev from `bash dev/cuda/run_device_bwd.sh build`
 # (carry it: carry=["build/dev"]).
 # Usage (repo root, on the GPU machine): bash dev/cuda/bwd_ncu_src.sh [steps]
-# steps: src128 src64 src80 src80m src128s (ncu source page, SASS with stall samples per instruction, as
+# steps: src128 src64 src80 src80m src80p src128s (ncu source page, SASS with stall samples per instruction, as
 # $OUT/src-one*.csv.gz; summarise with dev/cuda/ncu_src_summary.py), details (the D = 128
 # kernel's memory / scheduler / warp-state sections), cudnn (every kernel of an SDPA cuDNN
 # backward at 1 x 8192 x 16 x 128). Default: all.
@@ -25,16 +25,23 @@ for mode in one one64; do
     echo "ncu $mode rc=$? $(wc -c < "$O/src-$mode.csv") bytes"
     gzip -f "$O/src-$mode.csv"
 done
-# Version 11 (80 rows), dense against masked: `onemask 1.0` runs an 8k x 16 x 128 dense call, then
-# one with a mask keeping every tile (both pick the 80-row kernel); the mangled names tell the
-# template's LISTS flag apart (Lb0ELb0E dense, Lb0ELb1E masked). Launch 3 of each.
-for step in src80 src80m; do
+# Version 11 (80 rows), dense against masked (template ENTRIES: Li0E dense, Li2E aligned
+# masked entries, Li3E packed ones; Lb0E: no causal mask). src80: `onemask 1.0`'s dense call
+# (8k x 16 x 128); src80m: `onemask 0.96`, a random mask keeping 96 % (aligned entries picked);
+# src80p: `sparse1 0.5`, 16k x 16 x 128 keeping 50 % (packed entries picked; how
+# bench/results/bwd-s22.txt run 8 was made). Launch 3 of each.
+for step in src80 src80m src80p; do
     has $step || continue
-    lists=0; [ $step = src80m ] && lists=1
+    case $step in
+        src80) k=Li0E; args="onemask 1.0" ;;
+        src80m) k=Li2E; args="onemask 0.96" ;;
+        src80p) k=Li3E; args="sparse1 0.5" ;;
+    esac
+    # shellcheck disable=SC2086  # args is "mode keep"
     timeout 200 ncu --clock-control none --kernel-name-base mangled \
-        -k regex:"bwd_ws128r80_kernelI13__nv_bfloat16Lb0ELb${lists}E" -s 2 -c 1 --section SourceCounters \
+        -k regex:"bwd_ws128r80_kernelI13__nv_bfloat16Lb0E${k}" -s 2 -c 1 --section SourceCounters \
         --section WarpStateStats --page source --print-source sass --csv \
-        "$BIN" onemask 1.0 > "$O/src-$step.csv" 2>"$O/src-$step.err"
+        "$BIN" $args > "$O/src-$step.csv" 2>"$O/src-$step.err"
     echo "ncu $step rc=$? $(wc -c < "$O/src-$step.csv") bytes"
     gzip -f "$O/src-$step.csv"
 done
