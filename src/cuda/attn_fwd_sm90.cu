@@ -410,6 +410,17 @@ __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadP
     else __stcg(park_row + n, logmass);
 }
 
+// Where the warp-specialized kernel parks key tile n's log2-mass: at the end of iteration n
+// (false), or in iteration n+1 just before softmax(n+1) (true), where ptxas hoists the park's
+// shuffle / lg2 / store chain into the GEMM issue window. Measured per (head dim, mask) under ncu
+// and with events (bench/notes-fwd.md, twenty-first session): the early park is 1.5 % cheaper at
+// head dim 128 with a causal mask and 3 % at head dim 64 without; level at head dim 128 without,
+// 3-4 % dearer at head dim 64 with one.
+template <int D, bool CAUSAL>
+__device__ __forceinline__ constexpr bool park_early() {
+    return D == 128 ? CAUSAL : !CAUSAL;
+}
+
 // Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
 // tile. `bar_id` is a named barrier over the warpgroup's 128 threads.
 template <int D, bool BF16, bool STATS, bool PARK_SMEM = false>
@@ -627,6 +638,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
     constexpr int S = L::kStages;
     constexpr int kConsumerWarps = NWG * kThreadsPerWarpgroup / 32;
     static_assert(NWG == 2 || D == 64, "three consumers: head dim 64 only");
+    constexpr bool kParkEarly = park_early<D, CAUSAL>();
     const FwdParams &p = tp_.p;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -721,7 +733,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             if (w.n_end == 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
             softmax_tile<CAUSAL>(s, p, w, tp, 0, st, alpha, rowsum);
             convert_p<BF16>(s, pa);
-            if (STATS) park_tile_logmass<PARK_SMEM>(park_row, tp, 0, rowsum, st);
+            if (STATS && !kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, 0, rowsum, st);
             // key tiles 1 .. n_end-1: issue P(n-1) V and Q K(n)^T, softmax(n) under P(n-1) V
             for (int n = 1; n < w.n_end; ++n) {
                 const int pstage = stage;
@@ -744,6 +756,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
 #pragma unroll
                 for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
                 if (n == w.n_end - 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
+                // rowsum and st.m_use still hold tile n-1's values here.
+                if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, n - 1, rowsum, st);
                 softmax_tile<CAUSAL>(s, p, w, tp, n, st, alpha, rowsum);
                 wgmma_wait<0>();  // P(n-1) V done: stage pstage is free, o and pa may change
 #pragma unroll
@@ -753,8 +767,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                 convert_p<BF16>(s, pa);
                 // Tile n's statistics at the end of the iteration, where the warpgroup would
                 // otherwise wait for its turn: measured 4% cheaper at 16k x 64 causal than in the
-                // shadow of the next GEMM issue, level elsewhere (bench/results/fwd-parkend-ab.txt).
-                if (STATS) park_tile_logmass<PARK_SMEM>(park_row, tp, n, rowsum, st);
+                // shadow of the next GEMM issue (bench/results/fwd-parkend-ab.txt).
+                if (STATS && !kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, n, rowsum, st);
             }
             // last P V
             mbarrier_wait(L::v_full(base, stage), phase);
@@ -765,6 +779,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             issue_pv<D, BF16>(o, pa, base + L::kV + stage * L::kKVBytes);
             wgmma_commit();
             named_barrier_arrive(their_turn, kTurnThreads);
+            if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, w.n_end - 1, rowsum, st);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
