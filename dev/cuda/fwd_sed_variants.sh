@@ -9,6 +9,12 @@
 #   here:   bash dev/cuda/fwd_sed_variants.sh build NAME FILE 'SED' [NAME FILE 'SED' ...]
 #           e.g. ... build s3 attn_fwd_sm90.cu 's/kStages = D == 128 ? 3 : 4/kStages = D == 128 ? 3 : 3/'
 #   device: bash dev/cuda/fwd_sed_variants.sh run [ROUNDS]     (run with carry=["build/fwdvar"])
+#           bash dev/cuda/fwd_sed_variants.sh ncu [ROUNDS] > LOG; python3 dev/cuda/fwd_ncu_times.py LOG
+#   `run` also puts every variant but base through compute-sanitizer memcheck / racecheck on
+#   `small`. `ncu` times each kernel under Nsight Compute (locked clocks: the event medians of
+#   `benchstats` wander by 1-2 % between identical kernels, bench/results/fwd-s23-park.txt): every
+#   variant's plain and statistics kernels at the eight shapes, two launches each, one profiler
+#   process per variant and round, variants rotated round by round.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DIR=build/fwdvar
@@ -40,6 +46,11 @@ elif [ "${1:-}" = run ]; then
     export OMP_NUM_THREADS=16
     for v in $(cat $DIR/names.txt); do
         echo "== $v check: $(timeout 120 $DIR/$v/attn_fwd check 2>&1 | tail -1)"
+        [ "$v" = base ] && continue
+        echo "== $v memcheck: $(timeout 90 compute-sanitizer --tool memcheck $DIR/$v/attn_fwd small 2>&1 \
+            | grep 'ERROR SUMMARY')"
+        echo "== $v racecheck: $(timeout 120 compute-sanitizer --tool racecheck $DIR/$v/attn_fwd small 2>&1 \
+            | grep 'RACECHECK SUMMARY')"
     done
     read -r -a names < $DIR/names.txt
     for r in $(seq 1 "$rounds"); do
@@ -51,6 +62,24 @@ elif [ "${1:-}" = run ]; then
             timeout 100 $DIR/$v/attn_fwd benchstats 2>&1
         done
     done
+elif [ "${1:-}" = ncu ]; then
+    rounds=${2:-1}
+    read -r -a names < $DIR/names.txt
+    shapes=("1 16384 16 128 0" "1 16384 16 128 1" "1 32768 24 128 0" "1 32768 24 128 1"
+            "1 16384 16 64 0" "1 16384 16 64 1" "4 4096 16 64 0" "4 4096 16 64 1")
+    for r in $(seq 1 "$rounds"); do
+        k=$(( (r - 1) % ${#names[@]} ))
+        for v in "${names[@]:k}" "${names[@]:0:k}"; do
+            echo "== $v round $r"
+            # One profiler process per variant: `one B S H D causal stats 2` per shape and mode.
+            script=""
+            for sh in "${shapes[@]}"; do
+                script+="$DIR/$v/attn_fwd one $sh 0 2 >/dev/null; $DIR/$v/attn_fwd one $sh 1 2 >/dev/null; "
+            done
+            timeout 300 ncu --target-processes all -k regex:attn_fwd_sm90_ws_kernel --csv \
+                --print-units base --metrics gpu__time_duration.sum bash -c "$script" 2>&1 | grep '^"'
+        done
+    done
 else
-    sed -n '2,12p' "$0"; exit 1
+    sed -n '2,18p' "$0"; exit 1
 fi
