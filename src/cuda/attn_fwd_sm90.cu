@@ -415,7 +415,7 @@ __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadP
 // shuffle / lg2 / store chain into the GEMM issue window. Measured per (head dim, mask) under ncu
 // and with events (bench/notes-fwd.md, twenty-first session): the early park is 1.5 % cheaper at
 // head dim 128 with a causal mask and 3 % at head dim 64 without; level at head dim 128 without,
-// 3-4 % dearer at head dim 64 with one.
+// 2-3.5 % dearer at head dim 64 with one. (The sync kernel always parks at the end.)
 template <int D, bool CAUSAL>
 __device__ __forceinline__ constexpr bool park_early() {
     return D == 128 ? CAUSAL : !CAUSAL;
