@@ -48,11 +48,11 @@ struct bl_bwd_workspace {
     // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
-    // {sum of counts, sum of counts80, tiles missing, sum of the packed entries (0 with a
-    // causal mask), bl_bwd_packed_count} over the call's key tiles, where the third
-    // counts the (q head, row tile) pairs of each key tile that the mask drops, without a causal
-    // mask (with one, 1 per key tile: never full): which kernel takes a masked head-dim-128
-    // call, read by all of them on the device (bl_bwd_rows80_chosen, bl_bwd_masked_full).
+    // BL_BWD_TOTALS sums over the call's key tiles: {counts, counts80, tiles missing, packed
+    // entries (bl_bwd_packed_count; 0 with a causal mask)}, where the third counts the (q head,
+    // row tile) pairs of each key tile that the mask drops, without a causal mask (with one, 1
+    // per key tile: never full): which kernel takes a masked head-dim-128 call, read by all of
+    // them on the device (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
     unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
     int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, its count80, 0}; the last {-1, 0, 0, 0}
