@@ -1,0 +1,112 @@
+"""Where a backward call's GPU time goes, kernel by kernel (torch.profiler / CUPTI timestamps).
+
+    python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D] [--causal] [--calls N]
+                                          [--keeps dense,1.0,0.5,0.03,0.01]
+
+For each configuration (the dense call, or a random tile mask keeping about `keep` of each row
+tile, as bench/bench_attn.py draws them) it queues N calls, each behind a ~1 ms sleep kernel so
+that the host has queued the whole call before the GPU reaches it (as in the bench's back-to-back
+calls), and prints per kernel of the call: the median duration, the median gap from the previous
+kernel's end, and the call's span (first kernel start to last kernel end). No ncu: the clocks
+float as in the bench.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from bench_attn import random_qkv, random_tile_mask  # noqa: E402
+from back_lite import functional as blf  # noqa: E402
+
+SLEEP_CYCLES = 2_000_000  # ~1 ms at 1.98 GHz: longer than the host needs to queue one call
+
+
+def kernel_events(prof) -> list:
+    """[(name, start us, duration us)] of the GPU kernels in a finished profile, by start."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        trace = json.load(f)
+    os.unlink(path)
+    ev = [(e["name"], float(e["ts"]), float(e["dur"])) for e in trace["traceEvents"]
+          if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    return sorted(ev, key=lambda e: e[1])
+
+
+def short(name: str) -> str:
+    name = name.split("(")[0]
+    return name[:60]
+
+
+def profile_calls(fn, calls: int) -> list:
+    """Kernels of each of `calls` calls of fn: [[(name, start, dur), ...], ...]."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            fn()
+        torch.cuda.synchronize()
+    per_call, cur = [], None
+    for name, ts, dur in kernel_events(prof):
+        if "spin" in name.lower() or "sleep" in name.lower():  # torch.cuda._sleep's kernel
+            cur = []
+            per_call.append(cur)
+        elif cur is not None:
+            cur.append((name, ts, dur))
+    if not per_call:
+        raise RuntimeError("no sleep kernel in the profile; kernels seen: "
+                           + ", ".join(sorted({short(e[0]) for e in kernel_events(prof)})))
+    return per_call
+
+
+def report(label: str, per_call: list) -> None:
+    n = min(len(c) for c in per_call)
+    names = [short(k[0]) for k in per_call[0][:n]]
+    print(f"\n== {label}: {len(per_call)} calls, {n} kernels each")
+    spans = []
+    for pos in range(n):
+        durs = [c[pos][2] for c in per_call]
+        gaps = [c[pos][1] - (c[pos - 1][1] + c[pos - 1][2]) for c in per_call] if pos else [0.0]
+        print(f"  {names[pos]:60s} {statistics.median(durs):10.1f} us  gap {statistics.median(gaps):6.1f} us")
+    for c in per_call:
+        spans.append(c[n - 1][1] + c[n - 1][2] - c[0][1])
+    print(f"  span median {statistics.median(spans):.1f} us (min {min(spans):.1f}, max {max(spans):.1f})")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="1,16384,16,128")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--calls", type=int, default=7)
+    ap.add_argument("--keeps", default="dense,1.0,0.5,0.03,0.01")
+    args = ap.parse_args(argv)
+    b, s, h, d = (int(x) for x in args.shape.split(","))
+    dev = torch.device("cuda")
+    q, k, v = random_qkv(b, s, h, d, torch.bfloat16, dev)
+    dout = torch.randn_like(q)
+    out, lse, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)
+    tm, tn = w.shape[-2:]
+    computable = blf.computable_tiles(s, s, args.causal, dev)
+    print(f"shape {(b, s, h, d)} causal={args.causal} {torch.cuda.get_device_name()}")
+    for keep in args.keeps.split(","):
+        if keep == "dense":
+            fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
+        else:
+            mask = random_tile_mask(b, h, tm, tn, float(keep), dev) & computable
+            fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
+                                                causal=args.causal)
+        report(f"keep {keep}", profile_calls(fn, args.calls))
+
+
+if __name__ == "__main__":
+    main()
