@@ -393,116 +393,129 @@ extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *ti
     return bl_select_launch(dm, tile_mass, negl_prob, mask, (cudaStream_t)d->stream);
 }
 
-// ---- lists: one CTA per (b, kv head g, key tile n) ----
+// ---- lists: one CTA per (b, kv head g, run of up to LIST_COLS_MAX key tiles) ----
 
-enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32 };
-// Dynamic shared memory a launch may take without an opt-in attribute.
+enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32, LIST_COLS_MAX = 32 };
+// Key tiles per CTA where the column bitmaps allow: 16 fills one wave at 16k x 16 heads.
+enum { LIST_COLS = 16 };
+static_assert(LIST_COLS <= LIST_COLS_MAX, "a key tile per lane in the ballot transpose");
+// Dynamic shared memory the column bitmaps may take without an opt-in attribute.
 enum { LIST_BITS_MAX_BYTES = 48 * 1024 };
 
-// Whether row tile m and key tile n share any allowed (query, key) pair under the bottom-right
-// causal rule j <= i + Sk - Sq. The tile's last valid row sees the most keys.
-static __device__ __forceinline__ bool causal_tile_live(int64_t m, int64_t n, int64_t sq,
-                                                        int64_t sk) {
-    int64_t last_row = min((m + 1) * BL_BWD_TM, sq) - 1;
-    return n * BL_BWD_TN <= last_row + sk - sq;
-}
-
-// Whether row tile m of q head h shares an allowed pair with key tile n (causal rule) and the
-// mask keeps it.
-static __device__ __forceinline__ bool tile_kept(const bl_bwd_dims &dm, int causal,
-                                                 const uint8_t *__restrict__ mask, int64_t b,
-                                                 int64_t h, int64_t m, int64_t n) {
-    if (m >= dm.tiles_m) return false;
-    bool keep = !causal || causal_tile_live(m, n, dm.seqlen_q, dm.seqlen_k);
-    if (keep && mask) keep = mask[((b * dm.heads_q + h) * dm.tiles_m + m) * dm.tiles_n + n] != 0;
-    return keep;
-}
-
-// The codes code(e) >= 0 of e = 0..cap-1 into list, in the order of e; returns how many. Every
-// thread of the CTA calls it (ballots and barriers). bits, unless NULL: bit e set where code(e)
-// >= 0 (shared memory, cap bits).
-template <typename F>
-static __device__ int compact_list(int64_t cap, F code, int *__restrict__ list, int *warp_sums,
-                                   unsigned *bits) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int base = 0;
-    for (int64_t e0 = 0; e0 < cap; e0 += LIST_THREADS) {
-        const int64_t e = e0 + threadIdx.x;
-        const int c = e < cap ? code(e) : -1;
-        const unsigned ballot = __ballot_sync(0xffffffffu, c >= 0);
-        if (lane == 0) warp_sums[warp] = __popc(ballot);
-        if (bits && lane == 0 && e < cap) bits[e >> 5] = ballot;  // e0 is a multiple of 32
-        __syncthreads();
-        int before = 0, total = 0;
-        for (int w = 0; w < LIST_WARPS; ++w) {
-            before += (w < warp) ? warp_sums[w] : 0;
-            total += warp_sums[w];
+// The kept bits of mask row r (its `cols` bytes from key tile n0): bit c = r[c] != 0.
+static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restrict__ r, int cols) {
+    unsigned bits = 0;
+    if ((((uintptr_t)r) & 3u) == 0 && (cols & 3) == 0) {
+        for (int c = 0; c < cols; c += 4) {
+            const unsigned x = *reinterpret_cast<const unsigned *>(r + c);
+            bits |= ((unsigned)((x & 0xffu) != 0) | (unsigned)((x & 0xff00u) != 0) << 1 |
+                     (unsigned)((x & 0xff0000u) != 0) << 2 | (unsigned)((x >> 24) != 0) << 3)
+                    << c;
         }
-        if (c >= 0) list[base + before + __popc(ballot & ((1u << lane) - 1u))] = c;
-        base += total;
-        __syncthreads();  // warp_sums is rewritten by the next chunk
+    } else {
+        for (int c = 0; c < cols; ++c) bits |= (unsigned)(r[c] != 0) << c;
     }
-    return base;
+    return bits;
 }
 
 // mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
 // Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
 // counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh); their
 // totals are summed by the window schedule kernel.
-// kept_bits: whether the 80-row pass reads the 64-row pass's decisions from a bitmap in dynamic
-// shared memory (G*Tm bits) instead of the mask again (strided byte reads: 3 of the kernel's
-// ~9 us at 8k x 16).
+// A CTA takes key tiles n0 .. n0 + cols - 1 (cols <= cols_per_cta <= 32) of one (b, kv head g).
+// Its entries e = hl * Tm + m are the mask rows (b, g * G + hl, m), consecutive in memory.
+// Phase 1: each warp reads 32 entries' rows (lane l: entry 32 k + l, `cols` bytes, one sector)
+// and transposes them by ballots into one word per key tile (bit l: entry 32 k + l kept), kept in
+// shared memory (col_bits: cols_per_cta x stride words). Phase 2: each warp compacts whole key
+// tiles from their words; a kept entry's list position is the popcount of the bits below it.
+// (One CTA per key tile reading its mask column, one byte per row and sector, took 12 / 54 us at
+// 16k x 16 / 32k x 24 against 7 / 27 us for the same kernel without a mask:
+// dev/cuda/bwd_call_timeline.py.)
 __global__ void __launch_bounds__(LIST_THREADS)
-bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
+bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80, bool kept_bits) {
-    __shared__ int warp_sums[LIST_WARPS];
-    extern __shared__ unsigned list_bits[];
-    unsigned *bits = kept_bits ? list_bits : nullptr;
-    const int64_t col = blockIdx.x;
-    const int64_t n = col % dm.tiles_n;
-    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
-    const int64_t b = col / (dm.tiles_n * dm.heads_k);
-    // Entries e = hl * Tm + m decoded in 32 bits (G*Tm and G*Tm80 < 2^31: bl_bwd_lists_launch): a
-    // 64-bit division per entry kept the kernel's issue slots busy.
-    const int64_t cap = dm.group * dm.tiles_m;
+                   int *__restrict__ lists80) {
+    extern __shared__ unsigned col_bits[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t runs = (dm.tiles_n + cols_per_cta - 1) / cols_per_cta;  // CTAs per (b, g)
+    const int64_t bg = blockIdx.x / runs;                                 // b * Hk + g
+    const int64_t n0 = (blockIdx.x % runs) * cols_per_cta;
+    const int cols = (int)min((int64_t)cols_per_cta, dm.tiles_n - n0);
+    // Entries decoded in 32 bits (G*Tm and G*Tm80 < 2^31: bl_bwd_lists_launch): a 64-bit
+    // division per entry kept the kernel's issue slots busy.
     const int tm = (int)dm.tiles_m, tm80 = (int)dm.tiles_m80;
-    const int c64 = compact_list(
-        cap,
-        [&](int64_t e) {
-            const int hl = (int)e / tm, m = (int)e - hl * tm;
-            return tile_kept(dm, causal, mask, b, g * dm.group + hl, m, n) ? (int)e : -1;
-        },
-        lists + col * cap, warp_sums, bits);
-    int c80 = 0;
-    if (lists80) {
-        const int64_t cap80 = dm.group * dm.tiles_m80;
-        c80 = compact_list(
-            cap80,
-            [&](int64_t e) {
-                // rows 80 m .. 80 m + 79 overlap 64-row tiles a = 80 m / 64 and a + 1
-                const int hl = (int)e / tm80, m = (int)e - hl * tm80;
-                const int64_t a = m * BL_BWD_TM_DENSE / BL_BWD_TM, h = g * dm.group + hl;
-                auto kept = [&](int64_t t) {
-                    if (!bits) return tile_kept(dm, causal, mask, b, h, t, n);
-                    const int64_t x = (int64_t)hl * tm + t;  // the 64-row pass's entry
-                    return t < dm.tiles_m && ((bits[x >> 5] >> (x & 31)) & 1u);
-                };
-                const int two = (int)kept(a) | (int)kept(a + 1) << 1;
-                return two ? (int)(hl << BL_R80_ENTRY_HL_SHIFT | m << 2) | two : -1;
-            },
-            lists80 + col * cap80, warp_sums, nullptr);
-        // A column with nothing kept gets one entry that keeps no row (bits 0), so that the
-        // 80-row kernel writes its dK = dV = 0 without a branch around its loop (one cost it
-        // spills: bench/notes-bwd.md, fourteenth session).
-        if (c80 == 0) {
-            if (threadIdx.x == 0) lists80[col * cap80] = 0;
-            c80 = 1;
+    const int cap = (int)(dm.group * dm.tiles_m), cap80 = (int)(dm.group * dm.tiles_m80);
+    const int words = (cap + 31) / 32;
+    const int stride = words | 1;  // odd: the lanes' stores below fall in distinct banks
+    const unsigned all = cols == 32 ? 0xffffffffu : (1u << cols) - 1u;
+    // (b, g * G, m = 0)'s row: the G * Tm rows of (b, g) follow it
+    const uint8_t *rows = mask ? mask + bg * dm.group * dm.tiles_m * dm.tiles_n + n0 : nullptr;
+    for (int k = warp; k < words; k += LIST_WARPS) {
+        const int e = 32 * k + lane;
+        unsigned kept = 0;
+        if (e < cap) {
+            kept = all;
+            if (causal) {
+                // key tiles n <= (last row + Sk - Sq) / TN share an allowed (query, key) pair
+                // with row tile m (bottom-right rule j <= i + Sk - Sq; the last row sees most)
+                const int m = e % tm;
+                const int64_t last = min((int64_t)(m + 1) * BL_BWD_TM, dm.seqlen_q) - 1 +
+                                     dm.seqlen_k - dm.seqlen_q;
+                const int64_t live = last < 0 ? 0 : last / BL_BWD_TN + 1 - n0;  // from n0 on
+                kept = live <= 0 ? 0u : live >= 32 ? kept : kept & ((1u << live) - 1u);
+            }
+            if (rows && kept) kept &= mask_row_bits(rows + (int64_t)e * dm.tiles_n, cols);
         }
+        unsigned mine = 0;  // lane c: key tile c's word
+        for (int c = 0; c < cols; ++c) {
+            const unsigned w = __ballot_sync(0xffffffffu, (kept >> c) & 1u);
+            if (lane == c) mine = w;
+        }
+        if (lane < cols) col_bits[lane * stride + k] = mine;
     }
-    if (threadIdx.x == 0) {
-        counts[col] = c64;
-        if (lists80) counts80[col] = c80;
+    __syncthreads();
+
+    const unsigned below = (1u << lane) - 1u;
+    for (int c = warp; c < cols; c += LIST_WARPS) {
+        const int64_t col = bg * dm.tiles_n + n0 + c;
+        const unsigned *bits = col_bits + c * stride;
+        int *list = lists + col * cap;
+        int count = 0;
+        for (int k = 0; k < words; ++k) {
+            const unsigned w = bits[k];
+            if ((w >> lane) & 1u) list[count + __popc(w & below)] = 32 * k + lane;
+            count += __popc(w);
+        }
+        int count80 = 0;
+        if (lists80) {
+            int *list80 = lists80 + col * cap80;
+            for (int k = 0; k < (cap80 + 31) / 32; ++k) {
+                const int e = 32 * k + lane;
+                int code = -1;
+                if (e < cap80) {
+                    // rows 80 m .. 80 m + 79 overlap 64-row tiles a = 80 m / 64 (< Tm) and a + 1
+                    const int hl = e / tm80, m = e - hl * tm80;
+                    const int a = m * BL_BWD_TM_DENSE / BL_BWD_TM, x = hl * tm + a;
+                    const unsigned lo = (bits[x >> 5] >> (x & 31)) & 1u;
+                    const unsigned hi = a + 1 < tm ? (bits[(x + 1) >> 5] >> ((x + 1) & 31)) & 1u : 0u;
+                    if (lo | hi) code = (int)((unsigned)hl << BL_R80_ENTRY_HL_SHIFT | (unsigned)m << 2 | lo | hi << 1);
+                }
+                const unsigned ballot = __ballot_sync(0xffffffffu, code >= 0);
+                if (code >= 0) list80[count80 + __popc(ballot & below)] = code;
+                count80 += __popc(ballot);
+            }
+            // A key tile with nothing kept gets one entry that keeps no row (bits 0), so that
+            // the 80-row kernel writes its dK = dV = 0 without a branch around its loop (one
+            // cost it spills: bench/notes-bwd.md, fourteenth session).
+            if (count80 == 0) {
+                if (lane == 0) list80[0] = 0;
+                count80 = 1;
+            }
+        }
+        if (lane == 0) {
+            counts[col] = count;
+            if (lists80) counts80[col] = count80;
+        }
     }
 }
 
@@ -661,11 +674,20 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     if (rows80 && !bl_bwd_r80_lists_fit(dm))
         return bl_set_error(BL_ERR_INTERNAL, "G = %lld, Tm80 = %lld: 80-row entries do not fit",
                             (long long)dm.group, (long long)dm.tiles_m80);
-    const size_t bits_bytes = (size_t)((dm.group * dm.tiles_m + 31) / 32) * sizeof(unsigned);
-    const bool kept_bits = rows80 && bits_bytes <= LIST_BITS_MAX_BYTES;
-    bl_bwd_list_kernel<<<(unsigned)cols, LIST_THREADS, kept_bits ? bits_bytes : 0, stream>>>(
-        dm, causal, mask, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
-        rows80 ? ws->lists80 : NULL, kept_bits);
+    // Key tiles per CTA: LIST_COLS, fewer where their bitmaps would pass LIST_BITS_MAX_BYTES.
+    const int64_t stride = ((dm.group * dm.tiles_m + 31) / 32) | 1;  // bl_bwd_list_kernel's
+    int per = LIST_COLS;
+    while (per > 1 && per * stride * (int64_t)sizeof(unsigned) > LIST_BITS_MAX_BYTES) per >>= 1;
+    const size_t bits_bytes = (size_t)(per * stride) * sizeof(unsigned);
+    if (bits_bytes > LIST_BITS_MAX_BYTES)
+        return bl_set_error(BL_ERR_UNSUPPORTED,
+                            "G*Tm = %lld row tiles per key tile exceeds the backward's work lists "
+                            "(at most %d)", (long long)(dm.group * dm.tiles_m),
+                            (int)(LIST_BITS_MAX_BYTES / sizeof(unsigned) - 1) * 32);
+    const int64_t ctas = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
+    bl_bwd_list_kernel<<<(unsigned)ctas, LIST_THREADS, bits_bytes, stream>>>(
+        dm, causal, mask, per, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
+        rows80 ? ws->lists80 : NULL);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     if (causal && dm.head_dim != 128) {
         bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
