@@ -248,14 +248,6 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
 // banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
 constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
 constexpr int PP_TILE_SMEM_FLOATS = (PP80_D / 16) * (16 * PP80_ROWS + 4);  // the larger block
-// CTAs per SM of the kernels that pick a layout on the device: their shared memory allows 5,
-// the tile kernel's 42 registers too, but they carry every path's registers (unbounded 58 and 76:
-// 4 and 3 CTAs, a full mask's dq conversion up to 13 % slower than the dense call's at the same
-// layout, bench/results/bwd-s24-fixed-costs.txt). Version 10's rows keep four (64-row blocks,
-// _packed_kernel) or five (80-row blocks, _chosen_kernel) 32-byte loads per thread in flight:
-// within 48 registers for four, 64 for five without spilling (loads in batches of three or
-// through shared memory by cp.async cost that path 4-7 % and 50 %, same file).
-constexpr int PP_PACKED_CTAS_PER_SM = 5, PP_CHOSEN_CTAS_PER_SM = 4;
 // CTA blk's block, through `tile` (PP_TILE_SMEM_FLOATS of shared memory).
 template <typename T, int ROWS, bool GROUPED>
 __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float scale,
@@ -312,24 +304,23 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
     constexpr int TPR = PP80_D / PP_VEC;
     constexpr int ITEMS = ROWS * TPR / PP_THREADS;  // (row, 8-column part) per thread
     static_assert(ITEMS * PP_THREADS == ROWS * TPR, "the block splits evenly");
-    // item x of this thread: row i0 + x * ROW_STEP, the same 8 columns (one base pointer each
-    // way and a stride, so that the loads in flight leave registers for the other paths)
-    constexpr int ROW_STEP = PP_THREADS / TPR;
-    const int64_t i0 = m * ROWS + threadIdx.x / TPR;
-    const int part = threadIdx.x % TPR;
-    const float *acc = dq_accum + ((b * dm.seqlen_q + i0) * dm.heads_q + h) * PP80_D + part * PP_VEC;
-    const int64_t acc_step = (int64_t)ROW_STEP * dm.heads_q * PP80_D;
     float4 a[ITEMS][2];
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
-        const float4 *v = reinterpret_cast<const float4 *>(acc + x * acc_step);
-        if (i0 + x * ROW_STEP < dm.seqlen_q) a[x][0] = v[0], a[x][1] = v[1];
+        const int item = threadIdx.x + x * PP_THREADS;
+        const int64_t i = m * ROWS + item / TPR;
+        const float4 *acc = reinterpret_cast<const float4 *>(
+            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
+        if (i < dm.seqlen_q) a[x][0] = acc[0], a[x][1] = acc[1];
     }
-    uint16_t *out = dq + b * sb + i0 * ss + h * sh + part * PP_VEC;
 #pragma unroll
-    for (int x = 0; x < ITEMS; ++x)
-        if (i0 + x * ROW_STEP < dm.seqlen_q)
-            store_row_part<T>(a[x][0], a[x][1], true, scale, out + x * ROW_STEP * ss);
+    for (int x = 0; x < ITEMS; ++x) {
+        const int item = threadIdx.x + x * PP_THREADS;
+        const int64_t i = m * ROWS + item / TPR;
+        if (i < dm.seqlen_q)
+            store_row_part<T>(a[x][0], a[x][1], true, scale,
+                              dq + b * sb + i * ss + h * sh + (item % TPR) * PP_VEC);
+    }
 }
 
 // BL_DQ_CHOSEN: the layout of the kernel the device picked (bl_bwd_rows80_chosen), one launch
@@ -338,7 +329,7 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 // straight from the (B, Sq, Hq, D) accumulator (a grid over rows would run at the occupancy
 // the 80-row path's shared memory allows).
 template <typename T>
-__global__ void __launch_bounds__(PP_THREADS, PP_CHOSEN_CTAS_PER_SM)
+__global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
@@ -355,7 +346,7 @@ bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__res
 // packed entries' 64-row ones, or version 10's rows (converted 64 per CTA): one launch on the
 // larger grid, whose extra CTAs return.
 template <typename T>
-__global__ void __launch_bounds__(PP_THREADS, PP_PACKED_CTAS_PER_SM)
+__global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
