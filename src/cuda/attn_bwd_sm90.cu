@@ -305,9 +305,20 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         layout = forced ? BL_DQ_TILES80 : BL_DQ_CHOSEN;
     else if (rows80)
         layout = forced ? BL_DQ_TILES80G : BL_DQ_PACKED;
-    BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream,
-                                    selecting));
-    BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, rows80 && masked, &ws, stream));
+    // The preprocess (bandwidth-bound: Dlt, the accumulator's zeros) runs as the programmatic
+    // dependent of a kernel it does not touch: the selection where there is one, else the lists
+    // kernel, so that the latter's ~3-20 us leave the call's critical path
+    // (bench/results/bwd-s24-fixed-costs.txt). It waits for that kernel before it completes, so
+    // the schedule (which needs the counts and the zeroed totals) sees both.
+    const bool lists80 = rows80 && masked;
+    if (selecting) {
+        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
+        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
+    } else {
+        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
+        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
+    }
+    BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, &ws, stream));
 
     if (rows80 && masked && !forced) {
         // The 64-row kernel first: the 80-row ones follow as programmatic dependents.

@@ -128,11 +128,15 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 // select_sm90.cu: the selection kernel, W (B,Hq,Tm,Tn) -> mask (B,Hq,Tm,Tn), on `stream`.
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
-// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists, ws->schedule; with rows80 also
-// ws->counts80, ws->lists80 and ws->totals (zeroed by the preprocess). Tiles with no allowed key
-// under `causal` are left out whatever the mask says.
+// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80
+// and ws->lists80. Tiles with no allowed key under `causal` are left out whatever the mask says.
+// The kernel lets a programmatic dependent launched behind it (the preprocess) run beside it.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               const bl_bwd_workspace *ws, cudaStream_t stream);
+// select_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
+// ws->sched_next, with rows80 ws->totals (zeroed by the preprocess, which must have completed).
+bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
+                                 const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // How the main kernel laid out the fp32 dq accumulator.
 enum bl_dq_layout {
@@ -158,13 +162,13 @@ enum bl_dq_layout {
 // Floats of the dq accumulator in `layout` (the tile layouts cover the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 
-// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`; dependent:
-// launched right behind the selection, beside which it runs (it touches nothing the selection
-// reads or writes, and waits for it before it completes).
+// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`. Launched as
+// the programmatic dependent of the kernel right before it (the selection or the lists kernel),
+// beside which it runs: it touches nothing that kernel reads or writes, and waits for it before
+// it completes.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   const bl_bwd_workspace *ws, cudaStream_t stream,
-                                   bool dependent);
+                                   const bl_bwd_workspace *ws, cudaStream_t stream);
 // bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`.
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
                                     bl_dq_layout layout, bl_tensor dq,

@@ -186,8 +186,9 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
         dlt[at] = (i < dm.seqlen_q) ? dot : 0.0f;
         lse_log2[at] = l2;
     }
-    // Launched behind the selection (a programmatic dependent, beside which it runs): that one
-    // must complete before this grid does, so that the kernels after it see its mask.
+    // Launched behind the selection or the lists kernel (a programmatic dependent, beside which it
+    // runs): that one must complete before this grid does, so that the kernels after it see its
+    // mask or lists.
     griddep_wait();
 }
 
@@ -370,13 +371,12 @@ bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__res
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
                                   const float *lse, bl_dq_layout layout,
-                                  const bl_bwd_workspace *ws, cudaStream_t stream,
-                                  bool dependent) {
+                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     const int64_t zero_rows = bl_bwd_dq_accum_rows(dm, layout);
     BL_CUDA_CHECK(bl_launch(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
-                            dim3(PP_THREADS), 0, stream, dependent, dm,
+                            dim3(PP_THREADS), 0, stream, /*dependent=*/true, dm,
                             (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
                             (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
@@ -434,16 +434,13 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
 
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   const bl_bwd_workspace *ws, cudaStream_t stream,
-                                   bool dependent) {
+                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
-    const bl_dq_layout z = layout;
-    const bool dep = dependent;
     if (dm.head_dim == 64)
-        return bf16 ? preprocess_typed<__nv_bfloat16, 64>(dm, out, dout, lse, z, ws, stream, dep)
-                    : preprocess_typed<__half, 64>(dm, out, dout, lse, z, ws, stream, dep);
-    return bf16 ? preprocess_typed<__nv_bfloat16, 128>(dm, out, dout, lse, z, ws, stream, dep)
-                : preprocess_typed<__half, 128>(dm, out, dout, lse, z, ws, stream, dep);
+        return bf16 ? preprocess_typed<__nv_bfloat16, 64>(dm, out, dout, lse, layout, ws, stream)
+                    : preprocess_typed<__half, 64>(dm, out, dout, lse, layout, ws, stream);
+    return bf16 ? preprocess_typed<__nv_bfloat16, 128>(dm, out, dout, lse, layout, ws, stream)
+                : preprocess_typed<__half, 128>(dm, out, dout, lse, layout, ws, stream);
 }
 
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,

@@ -395,9 +395,10 @@ extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *ti
 
 // ---- lists: one CTA per (b, kv head g, run of up to LIST_COLS_MAX key tiles) ----
 
-enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32, LIST_COLS_MAX = 32 };
-// Key tiles per CTA where the column bitmaps allow: 16 fills one wave at 16k x 16 heads.
-enum { LIST_COLS = 16 };
+enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32 };
+// Key tiles per CTA where the column bitmaps allow: 16 fills one wave at 16k x 16 heads; at most
+// 32, one per lane of the ballot transpose.
+constexpr int LIST_COLS = 16, LIST_COLS_MAX = 32;
 static_assert(LIST_COLS <= LIST_COLS_MAX, "a key tile per lane in the ballot transpose");
 // Dynamic shared memory the column bitmaps may take without an opt-in attribute.
 enum { LIST_BITS_MAX_BYTES = 48 * 1024 };
@@ -436,6 +437,9 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
                    int *__restrict__ lists80) {
     extern __shared__ unsigned col_bits[];
+    // Where the backward's preprocess follows as a programmatic dependent (bl_cuda_backward),
+    // it runs beside this kernel (it touches nothing this one reads or writes).
+    griddep_launch_dependents();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t runs = (dm.tiles_n + cols_per_cta - 1) / cols_per_cta;  // CTAs per (b, g)
     const int64_t bg = blockIdx.x / runs;                                 // b * Hk + g
@@ -689,6 +693,12 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
         dm, causal, mask, per, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
         rows80 ? ws->lists80 : NULL);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
+    return BL_OK;
+}
+
+bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
+                                 const bl_bwd_workspace *ws, cudaStream_t stream) {
+    const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
     if (causal && dm.head_dim != 128) {
         bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
                                                                  ws->sched_rec, ws->sched_next);
