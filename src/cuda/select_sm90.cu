@@ -430,8 +430,8 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 // shared memory (col_bits: cols_per_cta x stride words). Phase 2: each warp compacts whole key
 // tiles from their words; a kept entry's list position is the popcount of the bits below it.
 // (One CTA per key tile reading its mask column, one byte per row and sector, took 12 / 54 us at
-// 16k x 16 / 32k x 24 against 7 / 27 us for the same kernel without a mask:
-// dev/cuda/bwd_call_timeline.py.)
+// 16k x 16 / 32k x 24 against 7 / 27 us for the same kernel without a mask; this one takes 8 / 20
+// and 3 / 7 us: bench/results/bwd-s24-fixed-costs.txt runs 1-2, dev/cuda/bwd_call_timeline.py.)
 __global__ void __launch_bounds__(LIST_THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
