@@ -48,6 +48,14 @@ struct bl_bwd_workspace {
     // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
+    // Masked head-dim-128 calls whose kernel the device picks (bl_bwd_dq_writers_used): the
+    // list entries of each 64-row tile, as partial sums per CTA of the lists kernel
+    // (row_partials: (ceil(Tn / BL_BWD_LIST_COLS), B, Hq, Tm)), summed by the schedule
+    // (dq_writers: (B, Hq, Tm)). Where version 10 runs, the preprocess zeroes only the
+    // accumulator rows of tiles with two or more: a tile's only entry stores its dQ, a tile
+    // with none is zeros for the postprocess without a read.
+    int *row_partials;
+    int *dq_writers;
     // BL_BWD_TOTALS sums over the call's key tiles: {counts, counts80, tiles missing, packed
     // entries (bl_bwd_packed_count; 0 with a causal mask)}, where the third counts the (q head,
     // row tile) pairs of each key tile that the mask drops, without a causal mask (with one, 1
@@ -82,6 +90,9 @@ inline bool bl_bwd_r80_lists_fit(const bl_bwd_dims &dm) {
            dm.group < (1 << (31 - BL_R80_ENTRY_HL_SHIFT));
 }
 enum { BL_BWD_TOTALS = 4 };
+// Key tiles per CTA of the lists kernel (select_sm90.cu), fewer only where G * Tm is so large
+// that their bitmaps would not fit its shared memory (bl_bwd_list_cols_per_cta).
+enum { BL_BWD_LIST_COLS = 16 };
 // A masked call without a causal mask whose mask keeps every tile computes exactly the dense
 // gradients: the dense 80-row kernel runs it (the masked one's list decoding cost it 1.4-2 % on
 // such calls, bench/results/bench-2026-11-30-s16.txt). With a causal mask the masked kernel
@@ -129,13 +140,16 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
 // select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80
-// and ws->lists80. Tiles with no allowed key under `causal` are left out whatever the mask says.
-// The kernel lets a programmatic dependent launched behind it (the preprocess) run beside it.
+// and ws->lists80; with row_partials ws->row_partials. Tiles with no allowed key under `causal`
+// are left out whatever the mask says. The kernel lets a programmatic dependent launched behind
+// it (the preprocess) run beside it.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
-                              const bl_bwd_workspace *ws, cudaStream_t stream);
+                              bool row_partials, const bl_bwd_workspace *ws, cudaStream_t stream);
 // select_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
-// ws->sched_next, with rows80 ws->totals (zeroed by the preprocess, which must have completed).
-bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
+// ws->sched_next, with rows80 ws->totals (zeroed by the lists kernel, which must have
+// completed); with writers also ws->row_partials -> ws->dq_writers, launched as the lists
+// kernel's programmatic dependent (bl_bwd_dq_writers_used).
+bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, bool writers,
                                  const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // How the main kernel laid out the fp32 dq accumulator.
@@ -162,10 +176,23 @@ enum bl_dq_layout {
 // Floats of the dq accumulator in `layout` (the tile layouts cover the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 
-// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`. Launched as
-// the programmatic dependent of the kernel right before it (the selection or the lists kernel),
-// beside which it runs: it touches nothing that kernel reads or writes, and waits for it before
-// it completes.
+// select_sm90.cu: the key tiles each CTA of the lists kernel takes (BL_BWD_LIST_COLS or fewer).
+int bl_bwd_list_cols_per_cta(const bl_bwd_dims &dm);
+
+// Whether a call counts the list entries of each row tile (bl_bwd_workspace::dq_writers) and
+// runs its preprocess after the schedule, which zeroes the accumulator by the device's pick:
+// masked head-dim-128 calls whose layout the device chooses, with the lists kernel's usual CTAs.
+inline bool bl_bwd_dq_writers_used(const bl_bwd_dims &dm, bl_dq_layout layout) {
+    return (layout == BL_DQ_CHOSEN || layout == BL_DQ_PACKED) &&
+           bl_bwd_list_cols_per_cta(dm) == BL_BWD_LIST_COLS;
+}
+
+// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout` (with
+// bl_bwd_dq_writers_used as the device's pick asks: only the row tiles with two or more entries
+// where version 10 runs). Launched as the programmatic dependent of the kernel right before it
+// (the selection or the lists kernel; with bl_bwd_dq_writers_used the schedule), beside which it
+// runs: it touches nothing that kernel writes before it waits for it, and waits for it before it
+// completes.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
