@@ -962,7 +962,7 @@ int main(int argc, char **argv) {
         // Version 10 on sparse masks, whose accumulator is zeroed only for row tiles of two or
         // more entries (a tile's only entry stores; tiles no key tile keeps must come out 0):
         // GQA with Sq not a multiple of 64, causal, a NaN row, strided, and more key tiles than
-        // a lists CTA takes (Tn = 20 > 16: partial counts summed over two runs).
+        // a lists CTA takes (Tn = 20 > 16: two CTAs add up a row tile's entries).
         cases.push_back({1, 1000, 600, 4, 2, 128, 0, BF, 1, 0.05, 0, 0, 0, 0, kPickRows64});
         cases.push_back({1, 900, 900, 4, 1, 128, 1, FP, 1, 0.1, 0, 0, 0, 0, kPickRows64});
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 1, 0, kPickRows64});

@@ -72,15 +72,13 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     const size_t tiles80 = (size_t)(dm.batch * dm.heads_q * dm.tiles_m80 * dm.tiles_n);
     size_t o_counts80 = ws_take(&off, cols * sizeof(int));
     size_t o_lists80 = ws_take(&off, tiles80 * sizeof(int));
-    size_t o_totals = ws_take(&off, BL_BWD_TOTALS * sizeof(unsigned long long));
+    // dq_writers right behind the totals: the lists kernel's launch zeroes both with one memset
+    const size_t row_tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m);
+    size_t o_totals = ws_take(&off, BL_BWD_TOTALS * sizeof(unsigned long long) + row_tiles * sizeof(int));
     size_t o_sched = ws_take(&off, cols * sizeof(int));
     size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
     size_t o_next = ws_take(&off, sizeof(int));
     size_t o_unkept = ws_take(&off, 2 * BL_BWD_TM_DENSE * sizeof(float));
-    const size_t row_tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m);
-    const size_t runs = (size_t)((dm.tiles_n + BL_BWD_LIST_COLS - 1) / BL_BWD_LIST_COLS);
-    size_t o_partials = ws_take(&off, runs * row_tiles * sizeof(int));
-    size_t o_writers = ws_take(&off, row_tiles * sizeof(int));
     if (base && ws) {
         char *p = (char *)base;
         ws->dq_accum = (float *)(p + o_dq);
@@ -96,8 +94,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->sched_rec = (int4 *)(p + o_rec);
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
-        ws->row_partials = (int *)(p + o_partials);
-        ws->dq_writers = (int *)(p + o_writers);
+        ws->dq_writers = (int *)(ws->totals + BL_BWD_TOTALS);
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }
@@ -143,7 +140,7 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // dq_accum: its first zero_rows * B * Hq * D floats zeroed, as (B, zero_rows, Hq, D): zero_rows =
 // Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
 // (bl_bwd_dq_accum_rows, <= Sq_pad; all that matters for zeroing is the range). With dq_writers
-// (bl_bwd_dq_writers_used) the pick decides, once the schedule before this kernel has completed:
+// (bl_bwd_dq_writers_used) the pick decides, once the lists kernel before this one has completed:
 // those zero_rows where an 80-row kernel runs, else the rows (B, Sq, Hq, D) of the row tiles
 // with two or more entries. unkept_rows (bl_bwd_workspace) is filled too.
 template <typename T, int D>
@@ -194,7 +191,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
         lse_log2[at] = l2;
     }
     if (dq_writers) {
-        griddep_wait();  // the schedule: the pick's totals, dq_writers
+        griddep_wait();  // the lists kernel: the pick's totals, dq_writers
         if (bl_bwd_rows80_chosen(totals)) {
             if (live && i < zero_rows) {
                 float4 *acc = reinterpret_cast<float4 *>(
@@ -404,7 +401,7 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
-    const bool writers = bl_bwd_dq_writers_used(dm, layout);
+    const bool writers = bl_bwd_dq_writers_used(layout);
     const int64_t zero_rows = bl_bwd_dq_accum_rows(dm, layout);
     BL_CUDA_CHECK(bl_launch(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
                             dim3(PP_THREADS), 0, stream, /*dependent=*/true, dm,
@@ -435,7 +432,7 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         return BL_OK;
     }
     // the entries of each row tile, where version 10's accumulator is zeroed only in part
-    const int *writers = bl_bwd_dq_writers_used(dm, layout) ? ws->dq_writers : NULL;
+    const int *writers = bl_bwd_dq_writers_used(layout) ? ws->dq_writers : NULL;
     if (layout == BL_DQ_PACKED) {
         const int64_t grid = r80_blocks > r64_blocks ? r80_blocks : r64_blocks;
         bl_bwd_postprocess_packed_kernel<T><<<(unsigned)grid, PP_THREADS, 0, stream>>>(

@@ -398,7 +398,7 @@ extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *ti
 enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32 };
 // Key tiles per CTA where the column bitmaps allow: 16 fills one wave at 16k x 16 heads; at most
 // 32, one per lane of the ballot transpose.
-constexpr int LIST_COLS = BL_BWD_LIST_COLS, LIST_COLS_MAX = 32;
+constexpr int LIST_COLS = 16, LIST_COLS_MAX = 32;
 static_assert(LIST_COLS <= LIST_COLS_MAX, "a key tile per lane in the ballot transpose");
 // Dynamic shared memory the column bitmaps may take without an opt-in attribute.
 enum { LIST_BITS_MAX_BYTES = 48 * 1024 };
@@ -421,9 +421,9 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 
 // mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
 // Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
-// counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh); their
-// totals are summed by the window schedule kernel. row_partials, unless NULL: (runs, B, Hq, Tm),
-// the entries of each row tile among the CTA's key tiles (bl_bwd_workspace::row_partials).
+// counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh), and
+// the call's entry totals added into `totals` (zeroed before the launch). dq_writers (B, Hq,
+// Tm), unless NULL (zeroed before the launch): each row tile's entries added in.
 // A CTA takes key tiles n0 .. n0 + cols - 1 (cols <= cols_per_cta <= 32) of one (b, kv head g).
 // Its entries e = hl * Tm + m are the mask rows (b, g * G + hl, m), consecutive in memory.
 // Phase 1: each warp reads 32 entries' rows (lane l: entry 32 k + l, `cols` bytes, one sector)
@@ -436,15 +436,13 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 __global__ void __launch_bounds__(LIST_THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80, int *__restrict__ row_partials,
-                   unsigned long long *__restrict__ totals) {
+                   int *__restrict__ lists80, unsigned long long *__restrict__ totals,
+                   int *__restrict__ dq_writers) {
     extern __shared__ unsigned col_bits[];
+    __shared__ unsigned long long sums[BL_BWD_TOTALS];
     // Where the backward's preprocess follows as a programmatic dependent (bl_cuda_backward),
-    // it runs beside this kernel (it touches nothing this one reads or writes); where the
-    // schedule does, it waits for this kernel before it reads anything.
+    // it runs beside this kernel (it touches nothing this one reads or writes).
     griddep_launch_dependents();
-    // summed by the window schedule kernel, which runs after this one
-    if (totals && blockIdx.x == 0 && threadIdx.x < BL_BWD_TOTALS) totals[threadIdx.x] = 0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t runs = (dm.tiles_n + cols_per_cta - 1) / cols_per_cta;  // CTAs per (b, g)
     const int64_t bg = blockIdx.x / runs;                                 // b * Hk + g
@@ -474,10 +472,8 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
                 kept = live <= 0 ? 0u : live >= 32 ? kept : kept & ((1u << live) - 1u);
             }
             if (rows && kept) kept &= mask_row_bits(rows + (int64_t)e * dm.tiles_n, cols);
-            // (runs, B * Hk, G * Tm): row tile bg * cap + e = (b, q head g * G + hl, m)
-            if (row_partials)
-                row_partials[((blockIdx.x % runs) * dm.batch * dm.heads_k + bg) * cap + e] =
-                    __popc(kept);
+            // row tile bg * cap + e = (b, q head g * G + hl, m)
+            if (dq_writers && kept) atomicAdd(&dq_writers[bg * cap + e], __popc(kept));
         }
         unsigned mine = 0;  // lane c: key tile c's word
         for (int c = 0; c < cols; ++c) {
@@ -486,9 +482,11 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
         }
         if (lane < cols) col_bits[lane * stride + k] = mine;
     }
+    if (threadIdx.x < BL_BWD_TOTALS) sums[threadIdx.x] = 0;
     __syncthreads();
 
     const unsigned below = (1u << lane) - 1u;
+    unsigned long long tot[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};  // lane 0's columns
     for (int c = warp; c < cols; c += LIST_WARPS) {
         const int64_t col = bg * dm.tiles_n + n0 + c;
         const unsigned *bits = col_bits + c * stride;
@@ -528,7 +526,20 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
         if (lane == 0) {
             counts[col] = count;
             if (lists80) counts80[col] = count80;
+            // bl_bwd_workspace::totals: the entries; the pairs the mask drops (every column
+            // has G * Tm without a causal mask; with one, 1: never full, bl_bwd_masked_full);
+            // the packed 80-row entries (none with a causal mask)
+            tot[0] += (unsigned long long)count;
+            tot[1] += (unsigned long long)count80;
+            tot[2] += causal ? 1ull : (unsigned long long)(cap - count);
+            tot[3] += causal ? 0ull : (unsigned long long)bl_bwd_packed_count(count);
         }
+    }
+    if (lists80) {
+        if (lane == 0)
+            for (int t = 0; t < BL_BWD_TOTALS; ++t) atomicAdd(&sums[t], tot[t]);
+        __syncthreads();
+        if (threadIdx.x < BL_BWD_TOTALS) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
     }
 }
 
@@ -611,40 +622,21 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 // over SCHED_RANK_THREADS-column parts, one CTA each: every CTA reads the whole window (at most
 // 1024 counts) and ranks its part against it, so the O(window^2) compares of a 4-round causal
 // window (~280 k at 4 x 132) run on many SMs (one CTA per window took 16.5 us at 16k x 16 x 128
-// causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6). With row_partials (the lists
-// kernel's, bl_bwd_workspace) it also sums each row tile's entries into dq_writers.
+// causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
        SCHED_RANK_THREADS = 64 };
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window,
                               int parts, int *__restrict__ schedule, int4 *__restrict__ recs,
-                              int *__restrict__ next, unsigned long long *__restrict__ totals,
-                              const int *__restrict__ row_partials, int *__restrict__ dq_writers) {
+                              int *__restrict__ next) {
     __shared__ __align__(16) int c[SCHED_WINDOW_MAX];
-    __shared__ unsigned long long sums[BL_BWD_TOTALS];
-    // Launched as the lists kernel's programmatic dependent (bl_cuda_backward, calls with
-    // dq_writers), with the preprocess as its own: its inputs first; the preprocess waits for
-    // this grid before it zeroes anything.
-    griddep_wait();
-    griddep_launch_dependents();
-    if (row_partials) {
-        const int64_t row_tiles = dm.batch * dm.heads_q * dm.tiles_m;
-        const int64_t runs = (dm.tiles_n + BL_BWD_LIST_COLS - 1) / BL_BWD_LIST_COLS;
-        for (int64_t t = (int64_t)blockIdx.x * SCHED_RANK_THREADS + threadIdx.x; t < row_tiles;
-             t += (int64_t)gridDim.x * SCHED_RANK_THREADS) {
-            int sum = 0;
-            for (int64_t r = 0; r < runs; ++r) sum += row_partials[r * row_tiles + t];
-            dq_writers[t] = sum;
-        }
-    }
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
     const int n4 = (n + 3) / 4;  // the counts as int4, padded with INT_MIN (ranks below all)
     const int i = (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x;  // in the window
     for (int j = threadIdx.x; j < 4 * n4; j += SCHED_RANK_THREADS)
         c[j] = j < n ? counts[w0 + j] : INT_MIN;
-    if (threadIdx.x < BL_BWD_TOTALS) sums[threadIdx.x] = 0;
     __syncthreads();
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
     if (i < n) {
@@ -666,44 +658,14 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         schedule[w0 + rank] = w0 + i;
         recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
     }
-    if (counts80) {
-        // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
-        // shared atomic per warp, one global one per CTA.
-        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
-        if (i < n) {
-            s[0] = (unsigned long long)c[i];
-            s[1] = (unsigned long long)c80;
-            // the pairs the mask drops (every column has G * Tm without a causal mask); with
-            // one, 1: never full (bl_bwd_masked_full)
-            s[2] = causal ? 1ull : (unsigned long long)(dm.group * dm.tiles_m - c[i]);
-            // the packed 80-row entries (bl_bwd_packed_chosen): none with a causal mask
-            s[3] = causal ? 0ull : (unsigned long long)bl_bwd_packed_count(c[i]);
-        }
-#pragma unroll
-        for (int t = 0; t < BL_BWD_TOTALS; ++t) {
-            for (int off = 16; off > 0; off >>= 1) s[t] += __shfl_xor_sync(0xffffffffu, s[t], off);
-            if ((threadIdx.x & 31) == 0) atomicAdd(&sums[t], s[t]);
-        }
-        __syncthreads();
-        if (threadIdx.x < BL_BWD_TOTALS) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
-    }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         recs[num_cols] = make_int4(-1, 0, 0, 0);
         *next = 0;
     }
 }
 
-// Key tiles per CTA: LIST_COLS, fewer where their bitmaps would pass LIST_BITS_MAX_BYTES.
-int bl_bwd_list_cols_per_cta(const bl_bwd_dims &dm) {
-    const int64_t stride = ((dm.group * dm.tiles_m + 31) / 32) | 1;  // bl_bwd_list_kernel's
-    int per = LIST_COLS;
-    while (per > 1 && per * stride * (int64_t)sizeof(unsigned) > LIST_BITS_MAX_BYTES) per >>= 1;
-    return per;
-}
-
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
-                              bool row_partials, const bl_bwd_workspace *ws,
-                              cudaStream_t stream) {
+                              bool writers, const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols > INT32_MAX || dm.group * dm.tiles_m > INT32_MAX)
         return bl_set_error(BL_ERR_UNSUPPORTED,
@@ -713,10 +675,10 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     if (rows80 && !bl_bwd_r80_lists_fit(dm))
         return bl_set_error(BL_ERR_INTERNAL, "G = %lld, Tm80 = %lld: 80-row entries do not fit",
                             (long long)dm.group, (long long)dm.tiles_m80);
+    // Key tiles per CTA: LIST_COLS, fewer where their bitmaps would pass LIST_BITS_MAX_BYTES.
     const int64_t stride = ((dm.group * dm.tiles_m + 31) / 32) | 1;  // bl_bwd_list_kernel's
-    const int per = bl_bwd_list_cols_per_cta(dm);
-    if (row_partials && per != LIST_COLS)
-        return bl_set_error(BL_ERR_INTERNAL, "row partials for %d key tiles per CTA", per);
+    int per = LIST_COLS;
+    while (per > 1 && per * stride * (int64_t)sizeof(unsigned) > LIST_BITS_MAX_BYTES) per >>= 1;
     const size_t bits_bytes = (size_t)(per * stride) * sizeof(unsigned);
     if (bits_bytes > LIST_BITS_MAX_BYTES)
         return bl_set_error(BL_ERR_UNSUPPORTED,
@@ -724,19 +686,24 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "(at most %d)", (long long)(dm.group * dm.tiles_m),
                             (int)(LIST_BITS_MAX_BYTES / sizeof(unsigned) - 1) * 32);
     const int64_t ctas = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
+    // What the kernel adds into: the totals, then the writers (bl_bwd_workspace_layout).
+    if (rows80) {
+        const size_t row_tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m);
+        BL_CUDA_CHECK(cudaMemsetAsync(ws->totals, 0,
+                                      BL_BWD_TOTALS * sizeof(unsigned long long) +
+                                          (writers ? row_tiles * sizeof(int) : 0),
+                                      stream));
+    }
     bl_bwd_list_kernel<<<(unsigned)ctas, LIST_THREADS, bits_bytes, stream>>>(
         dm, causal, mask, per, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
-        rows80 ? ws->lists80 : NULL, row_partials ? ws->row_partials : NULL,
-        rows80 ? ws->totals : NULL);
+        rows80 ? ws->lists80 : NULL, rows80 ? ws->totals : NULL, writers ? ws->dq_writers : NULL);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     return BL_OK;
 }
 
-bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, bool writers,
+bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
-    if (writers && (causal && dm.head_dim != 128))
-        return bl_set_error(BL_ERR_INTERNAL, "dq writers without the window schedule");
     if (causal && dm.head_dim != 128) {
         bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
                                                                  ws->sched_rec, ws->sched_next);
@@ -752,11 +719,9 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     const int window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
-    BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_window_kernel, dim3((unsigned)(windows * parts)),
-                            dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/writers, dm, causal,
-                            (const int *)ws->counts, (const int *)(rows80 ? ws->counts80 : NULL),
-                            (int)cols, window, parts, ws->schedule, ws->sched_rec, ws->sched_next,
-                            ws->totals, (const int *)(writers ? ws->row_partials : NULL),
-                            writers ? ws->dq_writers : (int *)NULL));
+    bl_bwd_schedule_window_kernel<<<(unsigned)(windows * parts), SCHED_RANK_THREADS, 0, stream>>>(
+        dm, causal, ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts,
+        ws->schedule, ws->sched_rec, ws->sched_next);
+    BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }
