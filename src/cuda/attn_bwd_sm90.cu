@@ -246,7 +246,6 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.dlt = ws.dlt;
     p.unkept_rows = ws.unkept_rows;
     p.dq_accum = ws.dq_accum;
-    p.dq_writers = NULL;
     p.counts = ws.counts;
     p.lists = ws.lists;
     p.lists80 = ws.lists80;
@@ -311,23 +310,15 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // kernel, so that the latter's ~3-20 us leave the call's critical path
     // (bench/results/bwd-s24-fixed-costs.txt). It waits for that kernel before it completes, so
     // the schedule (which needs the counts and the zeroed totals) sees both.
-    // Masked calls whose kernel the device picks (bl_bwd_dq_writers_used) run it behind the
-    // lists kernel even with a selection, which also adds up the totals that make the pick and
-    // the entries of each row tile: the preprocess computes Dlt beside it, then zeroes what the
-    // pick needs -- where version 10 runs only the row tiles with two or more entries (a tile's
-    // only entry stores its dQ; bl_bwd_workspace::dq_writers). At 1 % kept that saves most of
-    // the zeros and their reads.
     const bool lists80 = rows80 && masked;
-    const bool writers = bl_bwd_dq_writers_used(layout);
-    if (selecting && !writers) {
+    if (selecting) {
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
-        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, false, &ws, stream));
+        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
     } else {
-        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, writers, &ws, stream));
+        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     }
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, &ws, stream));
-    p.dq_writers = writers ? ws.dq_writers : NULL;
 
     if (rows80 && masked && !forced) {
         // The 64-row kernel first: the 80-row ones follow as programmatic dependents.

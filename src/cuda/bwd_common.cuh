@@ -48,18 +48,11 @@ struct bl_bwd_workspace {
     // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
-    // Masked head-dim-128 calls whose kernel the device picks (bl_bwd_dq_writers_used): (B, Hq,
-    // Tm), the list entries of each 64-row tile, added up by the lists kernel right behind
-    // `totals`. Where version 10 runs, the preprocess zeroes only the accumulator rows of tiles
-    // with two or more: a tile's only entry stores its dQ, a tile with none is zeros for the
-    // postprocess without a read.
-    int *dq_writers;
     // BL_BWD_TOTALS sums over the call's key tiles: {counts, counts80, tiles missing, packed
     // entries (bl_bwd_packed_count; 0 with a causal mask)}, where the third counts the (q head,
     // row tile) pairs of each key tile that the mask drops, without a causal mask (with one, 1
     // per key tile: never full): which kernel takes a masked head-dim-128 call, read by all of
     // them on the device (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
-    // Added up by the lists kernel (zeroed, with dq_writers right behind, before it runs).
     unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
     int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, its count80, 0}; the last {-1, 0, 0, 0}
@@ -135,14 +128,13 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 // select_sm90.cu: the selection kernel, W (B,Hq,Tm,Tn) -> mask (B,Hq,Tm,Tn), on `stream`.
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
-// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80,
-// ws->lists80 and ws->totals; with writers ws->dq_writers. Tiles with no allowed key under
-// `causal` are left out whatever the mask says. The kernel lets a programmatic dependent
-// launched behind it (the preprocess) run beside it.
+// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80
+// and ws->lists80. Tiles with no allowed key under `causal` are left out whatever the mask says.
+// The kernel lets a programmatic dependent launched behind it (the preprocess) run beside it.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
-                              bool writers, const bl_bwd_workspace *ws, cudaStream_t stream);
+                              const bl_bwd_workspace *ws, cudaStream_t stream);
 // select_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
-// ws->sched_next.
+// ws->sched_next, with rows80 ws->totals (zeroed by the preprocess, which must have completed).
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                  const bl_bwd_workspace *ws, cudaStream_t stream);
 
@@ -170,19 +162,10 @@ enum bl_dq_layout {
 // Floats of the dq accumulator in `layout` (the tile layouts cover the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 
-// Whether a call counts the list entries of each row tile (bl_bwd_workspace::dq_writers) and
-// runs its preprocess behind the lists kernel, zeroing the accumulator by the device's pick:
-// masked head-dim-128 calls whose layout the device chooses.
-inline bool bl_bwd_dq_writers_used(bl_dq_layout layout) {
-    return layout == BL_DQ_CHOSEN || layout == BL_DQ_PACKED;
-}
-
-// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout` (with
-// bl_bwd_dq_writers_used as the device's pick asks: only the row tiles with two or more entries
-// where version 10 runs). Launched as the programmatic dependent of the kernel right before it
-// (the selection or the lists kernel; with bl_bwd_dq_writers_used always the lists kernel),
-// beside which it runs: it touches nothing that kernel writes before it waits for it, and waits
-// for it before it completes.
+// bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`. Launched as
+// the programmatic dependent of the kernel right before it (the selection or the lists kernel),
+// beside which it runs: it touches nothing that kernel reads or writes, and waits for it before
+// it completes.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);

@@ -41,10 +41,6 @@ struct bwd_params {
     const float *dlt;       // (B, Hq, Sq_pad)
     const float *unkept_rows;  // bl_bwd_workspace::unkept_rows (the 80-row kernel's masked calls)
     float *dq_accum;        // (B, Sq, Hq, D) fp32 (8-column groups permuted by dq_block_stage)
-    // Version 10 on a masked call: bl_bwd_workspace::dq_writers, the list entries of each row
-    // tile; dq_accum is zeroed only where there are two or more, and a row tile's only entry
-    // stores its dQ (dq_block_store). NULL: dq_accum is zeroed, every entry adds.
-    const int *dq_writers;
     const int *counts, *lists, *schedule;
     const int *lists80;  // the 80-row entries of masked calls (bl_bwd_workspace::lists80)
     const int4 *sched_rec;  // the schedule as 16-byte records, for the persistent kernel's TMA

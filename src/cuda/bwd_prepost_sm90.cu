@@ -72,9 +72,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     const size_t tiles80 = (size_t)(dm.batch * dm.heads_q * dm.tiles_m80 * dm.tiles_n);
     size_t o_counts80 = ws_take(&off, cols * sizeof(int));
     size_t o_lists80 = ws_take(&off, tiles80 * sizeof(int));
-    // dq_writers right behind the totals: the lists kernel's launch zeroes both with one memset
-    const size_t row_tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m);
-    size_t o_totals = ws_take(&off, BL_BWD_TOTALS * sizeof(unsigned long long) + row_tiles * sizeof(int));
+    size_t o_totals = ws_take(&off, BL_BWD_TOTALS * sizeof(unsigned long long));
     size_t o_sched = ws_take(&off, cols * sizeof(int));
     size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
     size_t o_next = ws_take(&off, sizeof(int));
@@ -94,7 +92,6 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->sched_rec = (int4 *)(p + o_rec);
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
-        ws->dq_writers = (int *)(ws->totals + BL_BWD_TOTALS);
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }
@@ -139,10 +136,8 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
 // dq_accum: its first zero_rows * B * Hq * D floats zeroed, as (B, zero_rows, Hq, D): zero_rows =
 // Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
-// (bl_bwd_dq_accum_rows, <= Sq_pad; all that matters for zeroing is the range). With dq_writers
-// (bl_bwd_dq_writers_used) the pick decides, once the lists kernel before this one has completed:
-// those zero_rows where an 80-row kernel runs, else the rows (B, Sq, Hq, D) of the row tiles
-// with two or more entries. unkept_rows (bl_bwd_workspace) is filled too.
+// (bl_bwd_dq_accum_rows, <= Sq_pad; all that matters for zeroing is the range). unkept_rows
+// (bl_bwd_workspace) is filled too.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
@@ -150,8 +145,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          int64_t do_sb, int64_t do_ss, int64_t do_sh,
                          const float *__restrict__ lse, float *__restrict__ dlt,
                          float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                         int64_t zero_rows, const unsigned long long *__restrict__ totals,
-                         float *__restrict__ unkept_rows, const int *__restrict__ dq_writers) {
+                         int64_t zero_rows, unsigned long long *__restrict__ totals,
+                         float *__restrict__ unkept_rows) {
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -159,6 +154,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
     // No early return: the whole warp takes part in the shuffles below.
     const bool live = row < rows;
+    if (totals && tid < BL_BWD_TOTALS) totals[tid] = 0;  // summed by the window schedule kernel
     if (tid < 2 * BL_BWD_TM_DENSE) unkept_rows[tid] = tid < BL_BWD_TM_DENSE ? INFINITY : 0.0f;
     const int64_t h = row % dm.heads_q;
     const int64_t i = (row / dm.heads_q) % dm.seqlen_q_pad;
@@ -172,11 +168,11 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
     }
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (!dq_writers && live && i < zero_rows) {
+    if (live && i < zero_rows) {
         float4 *acc = reinterpret_cast<float4 *>(
             dq_accum + ((b * zero_rows + i) * dm.heads_q + h) * D + part * PP_VEC);
-        acc[0] = acc[1] = zero;
+        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
@@ -190,24 +186,9 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
         dlt[at] = (i < dm.seqlen_q) ? dot : 0.0f;
         lse_log2[at] = l2;
     }
-    if (dq_writers) {
-        griddep_wait();  // the lists kernel: the pick's totals, dq_writers
-        if (bl_bwd_rows80_chosen(totals)) {
-            if (live && i < zero_rows) {
-                float4 *acc = reinterpret_cast<float4 *>(
-                    dq_accum + ((b * zero_rows + i) * dm.heads_q + h) * D + part * PP_VEC);
-                acc[0] = acc[1] = zero;
-            }
-        } else if (live && i < dm.seqlen_q &&
-                   dq_writers[(b * dm.heads_q + h) * dm.tiles_m + i / BL_BWD_TM] >= 2) {
-            float4 *acc = reinterpret_cast<float4 *>(
-                dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + part * PP_VEC);
-            acc[0] = acc[1] = zero;
-        }
-    }
-    // Launched behind the selection, the lists or the schedule kernel (a programmatic dependent,
-    // beside which it runs): that one must complete before this grid does, so that the kernels
-    // after it see what it wrote.
+    // Launched behind the selection or the lists kernel (a programmatic dependent, beside which it
+    // runs): that one must complete before this grid does, so that the kernels after it see its
+    // mask or lists.
     griddep_wait();
 }
 
@@ -313,12 +294,10 @@ bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restr
 // ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D) accumulator with permuted columns
 // (version 10's), converted by the CTA of tile blk in a tile layout's grid: every load first,
 // then the conversions (a tile layout's shared memory caps the grid's occupancy, so each thread
-// keeps its items' loads in flight together). Rows of a 64-row tile no entry wrote (dq_writers
-// 0) are zeros, not read.
+// keeps its items' loads in flight together).
 template <typename T, int ROWS>
 __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, float scale,
                                                        const float *__restrict__ dq_accum,
-                                                       const int *__restrict__ dq_writers,
                                                        uint16_t *__restrict__ dq, int64_t sb,
                                                        int64_t ss, int64_t sh, int64_t blk) {
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
@@ -333,10 +312,7 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
         const int64_t i = m * ROWS + item / TPR;
         const float4 *acc = reinterpret_cast<const float4 *>(
             dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
-        a[x][0] = a[x][1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i < dm.seqlen_q &&
-            (!dq_writers || dq_writers[(b * dm.heads_q + h) * dm.tiles_m + i / BL_BWD_TM] != 0))
-            a[x][0] = acc[0], a[x][1] = acc[1];
+        if (i < dm.seqlen_q) a[x][0] = acc[0], a[x][1] = acc[1];
     }
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
@@ -357,14 +333,13 @@ template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
-                                 const int *__restrict__ dq_writers,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
     if (bl_bwd_rows80_chosen(totals))
         postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
     else
-        postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh, blk);
+        postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
 }
 
 // BL_DQ_PACKED: the same for a masked call without a causal mask, whose picks are the dense
@@ -375,7 +350,6 @@ template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
-                                 const int *__restrict__ dq_writers,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
@@ -390,8 +364,7 @@ bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__res
         if (rows80)
             postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
         else
-            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh,
-                                                 blk);
+            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
     }
 }
 
@@ -401,15 +374,14 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
-    const bool writers = bl_bwd_dq_writers_used(layout);
     const int64_t zero_rows = bl_bwd_dq_accum_rows(dm, layout);
     BL_CUDA_CHECK(bl_launch(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
                             dim3(PP_THREADS), 0, stream, /*dependent=*/true, dm,
                             (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
                             (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
-                            (const unsigned long long *)ws->totals, ws->unkept_rows,
-                            (const int *)(writers ? ws->dq_writers : NULL)));
+                            layout == BL_DQ_ROWS ? (unsigned long long *)NULL : ws->totals,
+                            ws->unkept_rows));
     return BL_OK;
 }
 
@@ -431,21 +403,19 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
     }
-    // the entries of each row tile, where version 10's accumulator is zeroed only in part
-    const int *writers = bl_bwd_dq_writers_used(layout) ? ws->dq_writers : NULL;
     if (layout == BL_DQ_PACKED) {
         const int64_t grid = r80_blocks > r64_blocks ? r80_blocks : r64_blocks;
         bl_bwd_postprocess_packed_kernel<T><<<(unsigned)grid, PP_THREADS, 0, stream>>>(
-            dm, scale, ws->dq_accum, ws->totals, writers, (uint16_t *)dq.data, dq.stride_b,
-            dq.stride_s, dq.stride_h);
+            dm, scale, ws->dq_accum, ws->totals, (uint16_t *)dq.data, dq.stride_b, dq.stride_s,
+            dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_packed_kernel");
         return BL_OK;
     }
     if (layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN) {
         if (layout == BL_DQ_CHOSEN) {
             bl_bwd_postprocess_chosen_kernel<T><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
-                dm, scale, ws->dq_accum, ws->totals, writers, (uint16_t *)dq.data,
-                dq.stride_b, dq.stride_s, dq.stride_h);
+                dm, scale, ws->dq_accum, ws->totals, (uint16_t *)dq.data, dq.stride_b,
+                dq.stride_s, dq.stride_h);
             BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_chosen_kernel");
             return BL_OK;
         }

@@ -312,24 +312,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 if (cl.count < 0) break;
                 for (int it = 0; it < cl.count; ++it, ++gj) {
                     const int buf = gj & 1;
-                    const int e = cl.list[it];
-                    const int h = (int)(cl.g * dm.group) + e / tiles_m, m = e % tiles_m;
-                    // The only entry of its row tile stores where the accumulator was not
-                    // zeroed (p.dq_writers: bwd_kernel_common.cuh); read before the wait below,
-                    // so that its latency passes there.
-                    const bool store = p.dq_writers != nullptr &&
-                                       p.dq_writers[(cl.b * dm.heads_q + h) * tiles_m + m] == 1;
                     BL_TL(2, 0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TL(2, 1);
+                    const int e = cl.list[it];
+                    const int h = (int)(cl.g * dm.group) + e / tiles_m, row0 = (e % tiles_m) * BM;
 #pragma unroll 1
-                    for (int w = 0; w < WARPS; ++w) {
-                        const uint32_t sdq = s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES;
-                        if (store)
-                            dq_block_store(p, sdq, 64 * (w >> 2), h, m * BM + 16 * (w & 3), (int)cl.b);
-                        else
-                            dq_block_reduce(p, sdq, 64 * (w >> 2), h, m * BM + 16 * (w & 3), (int)cl.b);
-                    }
+                    for (int w = 0; w < WARPS; ++w)
+                        dq_block_reduce(p, s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES,
+                                        64 * (w >> 2), h, row0 + 16 * (w & 3), (int)cl.b);
                     BL_TL(2, 2);
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();

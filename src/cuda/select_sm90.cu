@@ -421,9 +421,8 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 
 // mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
 // Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
-// counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh), and
-// the call's entry totals added into `totals` (zeroed before the launch). dq_writers (B, Hq,
-// Tm), unless NULL (zeroed before the launch): each row tile's entries added in.
+// counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh); their
+// totals are summed by the window schedule kernel.
 // A CTA takes key tiles n0 .. n0 + cols - 1 (cols <= cols_per_cta <= 32) of one (b, kv head g).
 // Its entries e = hl * Tm + m are the mask rows (b, g * G + hl, m), consecutive in memory.
 // Phase 1: each warp reads 32 entries' rows (lane l: entry 32 k + l, `cols` bytes, one sector)
@@ -436,10 +435,8 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 __global__ void __launch_bounds__(LIST_THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80, unsigned long long *__restrict__ totals,
-                   int *__restrict__ dq_writers) {
+                   int *__restrict__ lists80) {
     extern __shared__ unsigned col_bits[];
-    __shared__ unsigned long long sums[BL_BWD_TOTALS];
     // Where the backward's preprocess follows as a programmatic dependent (bl_cuda_backward),
     // it runs beside this kernel (it touches nothing this one reads or writes).
     griddep_launch_dependents();
@@ -472,8 +469,6 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
                 kept = live <= 0 ? 0u : live >= 32 ? kept : kept & ((1u << live) - 1u);
             }
             if (rows && kept) kept &= mask_row_bits(rows + (int64_t)e * dm.tiles_n, cols);
-            // row tile bg * cap + e = (b, q head g * G + hl, m)
-            if (dq_writers && kept) atomicAdd(&dq_writers[bg * cap + e], __popc(kept));
         }
         unsigned mine = 0;  // lane c: key tile c's word
         for (int c = 0; c < cols; ++c) {
@@ -482,11 +477,9 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
         }
         if (lane < cols) col_bits[lane * stride + k] = mine;
     }
-    if (threadIdx.x < BL_BWD_TOTALS) sums[threadIdx.x] = 0;
     __syncthreads();
 
     const unsigned below = (1u << lane) - 1u;
-    unsigned long long tot[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};  // lane 0's columns
     for (int c = warp; c < cols; c += LIST_WARPS) {
         const int64_t col = bg * dm.tiles_n + n0 + c;
         const unsigned *bits = col_bits + c * stride;
@@ -526,20 +519,7 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
         if (lane == 0) {
             counts[col] = count;
             if (lists80) counts80[col] = count80;
-            // bl_bwd_workspace::totals: the entries; the pairs the mask drops (every column
-            // has G * Tm without a causal mask; with one, 1: never full, bl_bwd_masked_full);
-            // the packed 80-row entries (none with a causal mask)
-            tot[0] += (unsigned long long)count;
-            tot[1] += (unsigned long long)count80;
-            tot[2] += causal ? 1ull : (unsigned long long)(cap - count);
-            tot[3] += causal ? 0ull : (unsigned long long)bl_bwd_packed_count(count);
         }
-    }
-    if (lists80) {
-        if (lane == 0)
-            for (int t = 0; t < BL_BWD_TOTALS; ++t) atomicAdd(&sums[t], tot[t]);
-        __syncthreads();
-        if (threadIdx.x < BL_BWD_TOTALS) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
     }
 }
 
@@ -629,14 +609,16 @@ __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window,
                               int parts, int *__restrict__ schedule, int4 *__restrict__ recs,
-                              int *__restrict__ next) {
+                              int *__restrict__ next, unsigned long long *__restrict__ totals) {
     __shared__ __align__(16) int c[SCHED_WINDOW_MAX];
+    __shared__ unsigned long long sums[BL_BWD_TOTALS];
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
     const int n4 = (n + 3) / 4;  // the counts as int4, padded with INT_MIN (ranks below all)
     const int i = (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x;  // in the window
     for (int j = threadIdx.x; j < 4 * n4; j += SCHED_RANK_THREADS)
         c[j] = j < n ? counts[w0 + j] : INT_MIN;
+    if (threadIdx.x < BL_BWD_TOTALS) sums[threadIdx.x] = 0;
     __syncthreads();
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
     if (i < n) {
@@ -658,6 +640,27 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         schedule[w0 + rank] = w0 + i;
         recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
     }
+    if (counts80) {
+        // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
+        // shared atomic per warp, one global one per CTA.
+        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
+        if (i < n) {
+            s[0] = (unsigned long long)c[i];
+            s[1] = (unsigned long long)c80;
+            // the pairs the mask drops (every column has G * Tm without a causal mask); with
+            // one, 1: never full (bl_bwd_masked_full)
+            s[2] = causal ? 1ull : (unsigned long long)(dm.group * dm.tiles_m - c[i]);
+            // the packed 80-row entries (bl_bwd_packed_chosen): none with a causal mask
+            s[3] = causal ? 0ull : (unsigned long long)bl_bwd_packed_count(c[i]);
+        }
+#pragma unroll
+        for (int t = 0; t < BL_BWD_TOTALS; ++t) {
+            for (int off = 16; off > 0; off >>= 1) s[t] += __shfl_xor_sync(0xffffffffu, s[t], off);
+            if ((threadIdx.x & 31) == 0) atomicAdd(&sums[t], s[t]);
+        }
+        __syncthreads();
+        if (threadIdx.x < BL_BWD_TOTALS) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
+    }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         recs[num_cols] = make_int4(-1, 0, 0, 0);
         *next = 0;
@@ -665,7 +668,7 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
 }
 
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
-                              bool writers, const bl_bwd_workspace *ws, cudaStream_t stream) {
+                              const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols > INT32_MAX || dm.group * dm.tiles_m > INT32_MAX)
         return bl_set_error(BL_ERR_UNSUPPORTED,
@@ -686,17 +689,9 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "(at most %d)", (long long)(dm.group * dm.tiles_m),
                             (int)(LIST_BITS_MAX_BYTES / sizeof(unsigned) - 1) * 32);
     const int64_t ctas = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
-    // What the kernel adds into: the totals, then the writers (bl_bwd_workspace_layout).
-    if (rows80) {
-        const size_t row_tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m);
-        BL_CUDA_CHECK(cudaMemsetAsync(ws->totals, 0,
-                                      BL_BWD_TOTALS * sizeof(unsigned long long) +
-                                          (writers ? row_tiles * sizeof(int) : 0),
-                                      stream));
-    }
     bl_bwd_list_kernel<<<(unsigned)ctas, LIST_THREADS, bits_bytes, stream>>>(
         dm, causal, mask, per, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
-        rows80 ? ws->lists80 : NULL, rows80 ? ws->totals : NULL, writers ? ws->dq_writers : NULL);
+        rows80 ? ws->lists80 : NULL);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     return BL_OK;
 }
@@ -721,7 +716,7 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     const int64_t windows = (cols + window - 1) / window;
     bl_bwd_schedule_window_kernel<<<(unsigned)(windows * parts), SCHED_RANK_THREADS, 0, stream>>>(
         dm, causal, ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts,
-        ws->schedule, ws->sched_rec, ws->sched_next);
+        ws->schedule, ws->sched_rec, ws->sched_next, ws->totals);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
     return BL_OK;
 }
