@@ -111,10 +111,10 @@ struct Case {
     int nan_row;     // 1: one q row of head 0 is NaN (checks NaN stays in its head)
     int synthetic;   // 1: long sequences: random out, made-up lse and W (no O(S^2) CPU forward),
                      //    and a CPU reference that visits the kept tiles only
-    int pick;        // head dim 128, mask: the 80-row entries the device must pick (kPick*), or
+    int pick;        // head dim 128, mask: the entries the device must pick (kPick*), or
                      //    kPickAny (the case fails when another kernel runs it)
 };
-enum { kPickAny = 0, kPickPacked = 1, kPickAligned = 2 };
+enum { kPickAny = 0, kPickPacked = 1, kPickAligned = 2, kPickRows64 = 3 };
 
 // A (B, S, H, D) tensor on the host: float values already rounded to the dtype, and its layout.
 struct HostT {
@@ -486,7 +486,8 @@ static int run_case(const Case &c) {
                             bl_bwd_packed_chosen(tot);
         const bool aligned = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) && !packed;
         if (variant == BL_BWD_VARIANT_WGMMA && ((c.pick == kPickPacked && !packed) ||
-                                                (c.pick == kPickAligned && !aligned)))
+                                                (c.pick == kPickAligned && !aligned) ||
+                                                (c.pick == kPickRows64 && bl_bwd_rows80_chosen(tot))))
             ok = 0;
     }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
@@ -900,6 +901,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
+        // version 10 storing row tiles of one entry, row tiles nobody keeps
+        cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
         // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
         // ceil(4 c / 5) x 79 < 64 c whatever the rounding
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
@@ -956,6 +959,17 @@ int main(int argc, char **argv) {
         cases.push_back({1, 3000, 500, 2, 1, 128, 0, BF, 1, 0.9, 0, 0, 0, 0, kPickPacked});
         // ... and at 99 %, where the aligned entries (every row, nearly all kept) cost less
         cases.push_back({1, 1500, 400, 2, 1, 128, 0, FP, 1, 0.99, 0, 0, 0, 0, kPickAligned});
+        // Version 10 on sparse masks, where a row tile's only entry stores its dQ and tiles no
+        // key tile keeps are converted without a read (they must come out 0):
+        // GQA with Sq not a multiple of 64, causal, a NaN row, strided, and more key tiles than
+        // a lists CTA takes (Tn = 20 > 16: two CTAs add up a row tile's entries).
+        cases.push_back({1, 1000, 600, 4, 2, 128, 0, BF, 1, 0.05, 0, 0, 0, 0, kPickRows64});
+        cases.push_back({1, 900, 900, 4, 1, 128, 1, FP, 1, 0.1, 0, 0, 0, 0, kPickRows64});
+        cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 1, 0, kPickRows64});
+        cases.push_back({2, 300, 900, 3, 3, 128, 0, FP, 1, 0.08, 0, 1, 0, 0, kPickRows64});
+        cases.push_back({1, 640, 128 * 20, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
+        // ... and Tn = 130: nine lists CTAs add up a row tile's entries
+        cases.push_back({1, 320, 128 * 130, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
         // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
         // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal
         // (80 rows), selected. (They checked dev/cuda/wip/bwd-lazy-dq-zero.patch, whose zeroing

@@ -311,6 +311,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // (bench/results/bwd-s24-fixed-costs.txt). It waits for that kernel before it completes, so
     // the schedule (which needs the counts and the zeroed totals) sees both.
     const bool lists80 = rows80 && masked;
+    // Masked calls whose kernel the device picks count each row tile's entries in the lists
+    // kernel (bl_bwd_dq_writers_used); for the others it stays NULL.
+    if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
     if (selecting) {
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
         BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
@@ -319,6 +322,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     }
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, &ws, stream));
+    p.dq_writers = ws.dq_writers;
 
     if (rows80 && masked && !forced) {
         // The 64-row kernel first: the 80-row ones follow as programmatic dependents.

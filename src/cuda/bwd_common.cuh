@@ -48,6 +48,12 @@ struct bl_bwd_workspace {
     // TM_DENSE floats +inf, then TM_DENSE zeros: the lse_log2 / Dlt the 80-row kernel loads for
     // the rows of an entry's unkept 64-row tile (P = exp2(S - inf) = 0 there, dS = 0)
     float *unkept_rows;
+    // (B, Hq, Tm, BL_BWD_WRITER_RUNS) bytes: the list entries of each 64-row tile, one byte per
+    // lists CTA (run of key tiles; bytes past the last run 0), where bl_bwd_dq_writers_used;
+    // NULL (the host sets it so) elsewhere. Where version 10 runs, a tile's only entry then
+    // stores its dQ instead of adding it (no read of the zeros), and the postprocess writes a
+    // tile with none as zeros without reading it. Bytes, not counters: nothing to zero first.
+    uint8_t *dq_writers;
     // BL_BWD_TOTALS sums over the call's key tiles: {counts, counts80, tiles missing, packed
     // entries (bl_bwd_packed_count; 0 with a causal mask)}, where the third counts the (q head,
     // row tile) pairs of each key tile that the mask drops, without a causal mask (with one, 1
@@ -129,7 +135,8 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
 // select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80
-// and ws->lists80. Tiles with no allowed key under `causal` are left out whatever the mask says.
+// and ws->lists80; ws->dq_writers unless NULL. Tiles with no allowed key under `causal` are left
+// out whatever the mask says.
 // The kernel lets a programmatic dependent launched behind it (the preprocess) run beside it.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               const bl_bwd_workspace *ws, cudaStream_t stream);
@@ -161,6 +168,29 @@ enum bl_dq_layout {
 
 // Floats of the dq accumulator in `layout` (the tile layouts cover the padded last row tile).
 size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
+
+// A row tile's list entries, one byte per lists CTA (bl_bwd_workspace::dq_writers): calls with
+// more lists CTAs per (b, kv head) -- key tiles past 16 x 16 at 16 per CTA -- go without.
+#define BL_BWD_WRITER_RUNS 16
+// select_sm90.cu: how many lists CTAs share the key tiles of one (b, kv head).
+int bl_bwd_list_runs(const bl_bwd_dims &dm);
+
+// Whether a call counts the list entries of each row tile (bl_bwd_workspace::dq_writers), so
+// that version 10 stores the dQ of a tile's only entry and the postprocess skips tiles with none:
+// masked head-dim-128 calls whose kernel the device picks (at 1 % kept most 64-row tiles have at
+// most one entry; bench/results/bwd-s25-dq-writers.txt).
+inline bool bl_bwd_dq_writers_used(const bl_bwd_dims &dm, bl_dq_layout layout) {
+    return (layout == BL_DQ_CHOSEN || layout == BL_DQ_PACKED) &&
+           bl_bwd_list_runs(dm) <= BL_BWD_WRITER_RUNS;
+}
+// The entries of a row tile from its BL_BWD_WRITER_RUNS bytes (16-byte aligned).
+__device__ __forceinline__ unsigned bl_bwd_tile_writers(uint4 runs) {
+    return __dp4a(runs.x, 0x01010101u, __dp4a(runs.y, 0x01010101u, __dp4a(runs.z, 0x01010101u,
+                  __dp4a(runs.w, 0x01010101u, 0u))));
+}
+__device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_writers, int64_t tile) {
+    return reinterpret_cast<const uint4 *>(dq_writers)[tile];
+}
 
 // bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`. Launched as
 // the programmatic dependent of the kernel right before it (the selection or the lists kernel),

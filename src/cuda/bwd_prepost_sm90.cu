@@ -73,6 +73,8 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_counts80 = ws_take(&off, cols * sizeof(int));
     size_t o_lists80 = ws_take(&off, tiles80 * sizeof(int));
     size_t o_totals = ws_take(&off, BL_BWD_TOTALS * sizeof(unsigned long long));
+    size_t o_writers = ws_take(&off, (size_t)(dm.batch * dm.heads_q * dm.tiles_m) *
+                                         BL_BWD_WRITER_RUNS);
     size_t o_sched = ws_take(&off, cols * sizeof(int));
     size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
     size_t o_next = ws_take(&off, sizeof(int));
@@ -92,6 +94,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->sched_rec = (int4 *)(p + o_rec);
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
+        ws->dq_writers = (uint8_t *)(p + o_writers);
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }
@@ -294,10 +297,12 @@ bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restr
 // ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D) accumulator with permuted columns
 // (version 10's), converted by the CTA of tile blk in a tile layout's grid: every load first,
 // then the conversions (a tile layout's shared memory caps the grid's occupancy, so each thread
-// keeps its items' loads in flight together).
+// keeps its items' loads in flight together). Rows of a 64-row tile no entry wrote (dq_writers
+// 0) are zeros, not read.
 template <typename T, int ROWS>
 __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, float scale,
                                                        const float *__restrict__ dq_accum,
+                                                       const uint8_t *__restrict__ dq_writers,
                                                        uint16_t *__restrict__ dq, int64_t sb,
                                                        int64_t ss, int64_t sh, int64_t blk) {
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
@@ -312,7 +317,11 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
         const int64_t i = m * ROWS + item / TPR;
         const float4 *acc = reinterpret_cast<const float4 *>(
             dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
-        if (i < dm.seqlen_q) a[x][0] = acc[0], a[x][1] = acc[1];
+        a[x][0] = a[x][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        const bool written =
+            !dq_writers || bl_bwd_tile_writers(bl_bwd_tile_writer_runs(
+                               dq_writers, (b * dm.heads_q + h) * dm.tiles_m + i / BL_BWD_TM)) != 0;
+        if (i < dm.seqlen_q && written) a[x][0] = acc[0], a[x][1] = acc[1];
     }
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
@@ -333,13 +342,14 @@ template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
+                                 const uint8_t *__restrict__ dq_writers,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
     if (bl_bwd_rows80_chosen(totals))
         postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
     else
-        postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
+        postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh, blk);
 }
 
 // BL_DQ_PACKED: the same for a masked call without a causal mask, whose picks are the dense
@@ -350,6 +360,7 @@ template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
+                                 const uint8_t *__restrict__ dq_writers,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
@@ -364,7 +375,8 @@ bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__res
         if (rows80)
             postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
         else
-            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq, sb, ss, sh, blk);
+            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh,
+                                                 blk);
     }
 }
 
@@ -403,19 +415,21 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
     }
+    // the entries of each row tile, where version 10's accumulator is zeroed only in part
+    const uint8_t *writers = ws->dq_writers;
     if (layout == BL_DQ_PACKED) {
         const int64_t grid = r80_blocks > r64_blocks ? r80_blocks : r64_blocks;
         bl_bwd_postprocess_packed_kernel<T><<<(unsigned)grid, PP_THREADS, 0, stream>>>(
-            dm, scale, ws->dq_accum, ws->totals, (uint16_t *)dq.data, dq.stride_b, dq.stride_s,
-            dq.stride_h);
+            dm, scale, ws->dq_accum, ws->totals, writers, (uint16_t *)dq.data, dq.stride_b,
+            dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_packed_kernel");
         return BL_OK;
     }
     if (layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN) {
         if (layout == BL_DQ_CHOSEN) {
             bl_bwd_postprocess_chosen_kernel<T><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
-                dm, scale, ws->dq_accum, ws->totals, (uint16_t *)dq.data, dq.stride_b,
-                dq.stride_s, dq.stride_h);
+                dm, scale, ws->dq_accum, ws->totals, writers, (uint16_t *)dq.data,
+                dq.stride_b, dq.stride_s, dq.stride_h);
             BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_chosen_kernel");
             return BL_OK;
         }

@@ -246,6 +246,16 @@ __device__ __forceinline__ void dq_block_reduce(const bwd_params &p, uint32_t sd
     bulk_commit_group();
 }
 
+// The same block stored rather than added: the only writer of a row tile (version 10 with
+// p.dq_writers, bwd_ws128_sm90.cuh), whose store needs no read of the accumulator's zeros.
+__device__ __forceinline__ void dq_block_store(const bwd_params &p, uint32_t sdq, int col0, int h,
+                                               int row, int b) {
+#pragma unroll
+    for (int box = 0; box < 2; ++box)
+        tma_store_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row, b);
+    bulk_commit_group();
+}
+
 // A warp's 16 x 64 dQ block (rows row.. + 16, columns col0.. + 64 of the fp32 accumulator;
 // fragment dq[32] as in dq_block_stage) added with 8 float4 atomics per thread, columns in
 // their natural order. Lane pairs (lt, lt^1) swap halves so that each lane holds 4 consecutive

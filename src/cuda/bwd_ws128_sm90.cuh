@@ -310,17 +310,34 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             for (int k = 0;; ++k) {
                 const ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
+                // The entries of an entry's row tile (p.dq_writers: bwd_kernel_common.cuh), read
+                // one entry ahead so that the load's latency passes under the previous entry.
+                auto writers = [&](int it) {
+                    const int e = cl.list[it];
+                    const int h = (int)(cl.g * dm.group) + e / tiles_m;
+                    return bl_bwd_tile_writer_runs(p.dq_writers,
+                                                   (cl.b * dm.heads_q + h) * tiles_m + e % tiles_m);
+                };
+                uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
+                if (p.dq_writers != nullptr && cl.count > 0) next_writers = writers(0);
                 for (int it = 0; it < cl.count; ++it, ++gj) {
                     const int buf = gj & 1;
+                    const int e = cl.list[it];
+                    const int h = (int)(cl.g * dm.group) + e / tiles_m, m = e % tiles_m;
+                    // A row tile's only entry stores its dQ: no read of the zeros.
+                    const bool store = bl_bwd_tile_writers(next_writers) == 1;
+                    if (p.dq_writers != nullptr && it + 1 < cl.count) next_writers = writers(it + 1);
                     BL_TL(2, 0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TL(2, 1);
-                    const int e = cl.list[it];
-                    const int h = (int)(cl.g * dm.group) + e / tiles_m, row0 = (e % tiles_m) * BM;
 #pragma unroll 1
-                    for (int w = 0; w < WARPS; ++w)
-                        dq_block_reduce(p, s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES,
-                                        64 * (w >> 2), h, row0 + 16 * (w & 3), (int)cl.b);
+                    for (int w = 0; w < WARPS; ++w) {
+                        const uint32_t sdq = s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES;
+                        if (store)
+                            dq_block_store(p, sdq, 64 * (w >> 2), h, m * BM + 16 * (w & 3), (int)cl.b);
+                        else
+                            dq_block_reduce(p, sdq, 64 * (w >> 2), h, m * BM + 16 * (w & 3), (int)cl.b);
+                    }
                     BL_TL(2, 2);
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();

@@ -422,7 +422,8 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 // mask: (B, Hq, Tm, Tn) uint8 or NULL (dense); counts: (B*Hk*Tn); lists: (B*Hk*Tn, G*Tm).
 // Compaction is order-preserving (hl, then m ascending) so dK/dV sum in a fixed order.
 // counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh); their
-// totals are summed by the window schedule kernel.
+// totals are summed by the window schedule kernel. dq_writers (B, Hq, Tm, BL_BWD_WRITER_RUNS),
+// unless NULL: each row tile's entries in this CTA's byte (bl_bwd_workspace::dq_writers).
 // A CTA takes key tiles n0 .. n0 + cols - 1 (cols <= cols_per_cta <= 32) of one (b, kv head g).
 // Its entries e = hl * Tm + m are the mask rows (b, g * G + hl, m), consecutive in memory.
 // Phase 1: each warp reads 32 entries' rows (lane l: entry 32 k + l, `cols` bytes, one sector)
@@ -435,7 +436,7 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 __global__ void __launch_bounds__(LIST_THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80) {
+                   int *__restrict__ lists80, uint8_t *__restrict__ dq_writers) {
     extern __shared__ unsigned col_bits[];
     // Where the backward's preprocess follows as a programmatic dependent (bl_cuda_backward),
     // it runs beside this kernel (it touches nothing this one reads or writes).
@@ -469,6 +470,15 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
                 kept = live <= 0 ? 0u : live >= 32 ? kept : kept & ((1u << live) - 1u);
             }
             if (rows && kept) kept &= mask_row_bits(rows + (int64_t)e * dm.tiles_n, cols);
+        }
+        if (dq_writers && e < cap) {
+            // row tile bg * cap + e = (b, q head g * G + hl, m): this run's byte; the first run
+            // also zeroes the bytes no run owns
+            const int run = (int)(blockIdx.x % runs);
+            uint8_t *tile = dq_writers + (bg * cap + e) * BL_BWD_WRITER_RUNS;
+            tile[run] = (uint8_t)__popc(kept);
+            if (run == 0)
+                for (int r = (int)runs; r < BL_BWD_WRITER_RUNS; ++r) tile[r] = 0;
         }
         unsigned mine = 0;  // lane c: key tile c's word
         for (int c = 0; c < cols; ++c) {
@@ -667,6 +677,19 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     }
 }
 
+// Key tiles per lists CTA: LIST_COLS, fewer where their bitmaps would pass LIST_BITS_MAX_BYTES.
+static int list_cols_per_cta(const bl_bwd_dims &dm) {
+    const int64_t stride = ((dm.group * dm.tiles_m + 31) / 32) | 1;  // bl_bwd_list_kernel's
+    int per = LIST_COLS;
+    while (per > 1 && per * stride * (int64_t)sizeof(unsigned) > LIST_BITS_MAX_BYTES) per >>= 1;
+    return per;
+}
+
+int bl_bwd_list_runs(const bl_bwd_dims &dm) {
+    const int per = list_cols_per_cta(dm);
+    return (int)((dm.tiles_n + per - 1) / per);
+}
+
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
@@ -678,10 +701,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     if (rows80 && !bl_bwd_r80_lists_fit(dm))
         return bl_set_error(BL_ERR_INTERNAL, "G = %lld, Tm80 = %lld: 80-row entries do not fit",
                             (long long)dm.group, (long long)dm.tiles_m80);
-    // Key tiles per CTA: LIST_COLS, fewer where their bitmaps would pass LIST_BITS_MAX_BYTES.
+    const int per = list_cols_per_cta(dm);
     const int64_t stride = ((dm.group * dm.tiles_m + 31) / 32) | 1;  // bl_bwd_list_kernel's
-    int per = LIST_COLS;
-    while (per > 1 && per * stride * (int64_t)sizeof(unsigned) > LIST_BITS_MAX_BYTES) per >>= 1;
     const size_t bits_bytes = (size_t)(per * stride) * sizeof(unsigned);
     if (bits_bytes > LIST_BITS_MAX_BYTES)
         return bl_set_error(BL_ERR_UNSUPPORTED,
@@ -689,9 +710,12 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "(at most %d)", (long long)(dm.group * dm.tiles_m),
                             (int)(LIST_BITS_MAX_BYTES / sizeof(unsigned) - 1) * 32);
     const int64_t ctas = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
+    if (ws->dq_writers && (dm.tiles_n + per - 1) / per > BL_BWD_WRITER_RUNS)
+        return bl_set_error(BL_ERR_INTERNAL, "%lld key tiles: more lists CTAs than writer bytes",
+                            (long long)dm.tiles_n);
     bl_bwd_list_kernel<<<(unsigned)ctas, LIST_THREADS, bits_bytes, stream>>>(
         dm, causal, mask, per, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
-        rows80 ? ws->lists80 : NULL);
+        rows80 ? ws->lists80 : NULL, ws->dq_writers);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     return BL_OK;
 }
