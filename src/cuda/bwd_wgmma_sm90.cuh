@@ -237,22 +237,19 @@ __device__ __forceinline__ void ds_from_dp_smem(float (&ds)[4 * NT], const float
 
 // The block staged at sdq added into the fp32 accumulator at (columns col0.., q head h, rows
 // row.., batch b) by two TMA reduce-adds from the calling thread, as one bulk group (rows past
-// Sq are skipped by TMA).
+// Sq are skipped by TMA); with STORE stored instead: the only writer of a row tile (version 10
+// with p.dq_writers, bwd_ws128_sm90.cuh), whose store needs no read of the accumulator's zeros.
+template <bool STORE = false>
 __device__ __forceinline__ void dq_block_reduce(const bwd_params &p, uint32_t sdq, int col0, int h,
                                                 int row, int b) {
 #pragma unroll
-    for (int box = 0; box < 2; ++box)
-        tma_reduce_add_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row, b);
-    bulk_commit_group();
-}
-
-// The same block stored rather than added: the only writer of a row tile (version 10 with
-// p.dq_writers, bwd_ws128_sm90.cuh), whose store needs no read of the accumulator's zeros.
-__device__ __forceinline__ void dq_block_store(const bwd_params &p, uint32_t sdq, int col0, int h,
-                                               int row, int b) {
-#pragma unroll
-    for (int box = 0; box < 2; ++box)
-        tma_store_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row, b);
+    for (int box = 0; box < 2; ++box) {
+        if (STORE)
+            tma_store_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row, b);
+        else
+            tma_reduce_add_4d(&p.tm_dq, sdq + box * DQ_BOX_BYTES, col0 + DQ_BOX_COLS * box, h, row,
+                              b);
+    }
     bulk_commit_group();
 }
 

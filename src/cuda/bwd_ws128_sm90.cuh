@@ -333,10 +333,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 #pragma unroll 1
                     for (int w = 0; w < WARPS; ++w) {
                         const uint32_t sdq = s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES;
+                        const int col0 = 64 * (w >> 2), row = m * BM + 16 * (w & 3);
                         if (store)
-                            dq_block_store(p, sdq, 64 * (w >> 2), h, m * BM + 16 * (w & 3), (int)cl.b);
+                            dq_block_reduce<true>(p, sdq, col0, h, row, (int)cl.b);
                         else
-                            dq_block_reduce(p, sdq, 64 * (w >> 2), h, m * BM + 16 * (w & 3), (int)cl.b);
+                            dq_block_reduce(p, sdq, col0, h, row, (int)cl.b);
                     }
                     BL_TL(2, 2);
                     // The staging may be rewritten once the copy engine has read it.
