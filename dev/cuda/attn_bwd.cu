@@ -485,9 +485,10 @@ static int run_case(const Case &c) {
         const bool packed = !c.causal && bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) &&
                             bl_bwd_packed_chosen(tot);
         const bool aligned = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) && !packed;
+        const bool rows64 = !bl_bwd_rows80_chosen(tot);
         if (variant == BL_BWD_VARIANT_WGMMA && ((c.pick == kPickPacked && !packed) ||
                                                 (c.pick == kPickAligned && !aligned) ||
-                                                (c.pick == kPickRows64 && bl_bwd_rows80_chosen(tot))))
+                                                (c.pick == kPickRows64 && !rows64)))
             ok = 0;
     }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
@@ -962,13 +963,13 @@ int main(int argc, char **argv) {
         // Version 10 on sparse masks, where a row tile's only entry stores its dQ and tiles no
         // key tile keeps are converted without a read (they must come out 0):
         // GQA with Sq not a multiple of 64, causal, a NaN row, strided, and more key tiles than
-        // a lists CTA takes (Tn = 20 > 16: two CTAs add up a row tile's entries).
+        // a lists CTA takes (Tn = 20 > 16: two CTAs write a byte each of a row tile's count).
         cases.push_back({1, 1000, 600, 4, 2, 128, 0, BF, 1, 0.05, 0, 0, 0, 0, kPickRows64});
         cases.push_back({1, 900, 900, 4, 1, 128, 1, FP, 1, 0.1, 0, 0, 0, 0, kPickRows64});
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 1, 0, kPickRows64});
         cases.push_back({2, 300, 900, 3, 3, 128, 0, FP, 1, 0.08, 0, 1, 0, 0, kPickRows64});
         cases.push_back({1, 640, 128 * 20, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
-        // ... and Tn = 130: nine lists CTAs add up a row tile's entries
+        // ... and Tn = 130: nine lists CTAs, nine bytes of each row tile's count
         cases.push_back({1, 320, 128 * 130, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
         // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
         // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal

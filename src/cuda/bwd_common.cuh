@@ -173,7 +173,7 @@ size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 // more lists CTAs per (b, kv head) -- key tiles past 16 x 16 at 16 per CTA -- go without.
 #define BL_BWD_WRITER_RUNS 16
 // select_sm90.cu: how many lists CTAs share the key tiles of one (b, kv head).
-int bl_bwd_list_runs(const bl_bwd_dims &dm);
+int64_t bl_bwd_list_runs(const bl_bwd_dims &dm);
 
 // Whether a call counts the list entries of each row tile (bl_bwd_workspace::dq_writers), so
 // that version 10 stores the dQ of a tile's only entry and the postprocess skips tiles with none:

@@ -53,8 +53,8 @@ struct bwd_params {
     const unsigned long long *totals;
     int causal;
     // Version 10 on a masked call: bl_bwd_workspace::dq_writers, the list entries of each row
-    // tile: a row tile's only entry stores its dQ (dq_block_reduce<true>) instead of adding it into
-    // the zeros. NULL: every entry adds. Last, so that the other fields keep their offsets: a
+    // tile: a row tile's only entry stores its dQ (dq_block_reduce<true>) instead of adding it
+    // into the zeros. NULL: every entry adds. Last, so that the other fields keep their offsets: a
     // shift changed ptxas's schedule of the causal 80-row kernel (+1.2 % under ncu,
     // bench/results/bwd-s26-dq-writers.txt).
     const uint8_t *dq_writers;

@@ -415,7 +415,7 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
     }
-    // the entries of each row tile, where version 10's accumulator is zeroed only in part
+    // the entries of each row tile (NULL unless bl_bwd_dq_writers_used): tiles with none unread
     const uint8_t *writers = ws->dq_writers;
     if (layout == BL_DQ_PACKED) {
         const int64_t grid = r80_blocks > r64_blocks ? r80_blocks : r64_blocks;

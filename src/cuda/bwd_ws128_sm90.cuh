@@ -326,13 +326,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const int h = (int)(cl.g * dm.group) + e / tiles_m, m = e % tiles_m;
                     // A row tile's only entry stores its dQ: no read of the zeros.
                     const bool store = bl_bwd_tile_writers(next_writers) == 1;
-                    if (p.dq_writers != nullptr && it + 1 < cl.count) next_writers = writers(it + 1);
+                    if (p.dq_writers != nullptr && it + 1 < cl.count)
+                        next_writers = writers(it + 1);
                     BL_TL(2, 0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TL(2, 1);
 #pragma unroll 1
                     for (int w = 0; w < WARPS; ++w) {
-                        const uint32_t sdq = s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES;
+                        const uint32_t sdq =
+                            s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES;
                         const int col0 = 64 * (w >> 2), row = m * BM + 16 * (w & 3);
                         if (store)
                             dq_block_reduce<true>(p, sdq, col0, h, row, (int)cl.b);

@@ -685,9 +685,9 @@ static int list_cols_per_cta(const bl_bwd_dims &dm) {
     return per;
 }
 
-int bl_bwd_list_runs(const bl_bwd_dims &dm) {
+int64_t bl_bwd_list_runs(const bl_bwd_dims &dm) {
     const int per = list_cols_per_cta(dm);
-    return (int)((dm.tiles_n + per - 1) / per);
+    return (dm.tiles_n + per - 1) / per;
 }
 
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
@@ -710,7 +710,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "(at most %d)", (long long)(dm.group * dm.tiles_m),
                             (int)(LIST_BITS_MAX_BYTES / sizeof(unsigned) - 1) * 32);
     const int64_t ctas = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
-    if (ws->dq_writers && (dm.tiles_n + per - 1) / per > BL_BWD_WRITER_RUNS)
+    if (ws->dq_writers && bl_bwd_list_runs(dm) > BL_BWD_WRITER_RUNS)
         return bl_set_error(BL_ERR_INTERNAL, "%lld key tiles: more lists CTAs than writer bytes",
                             (long long)dm.tiles_n);
     bl_bwd_list_kernel<<<(unsigned)ctas, LIST_THREADS, bits_bytes, stream>>>(
