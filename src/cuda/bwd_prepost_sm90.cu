@@ -333,37 +333,32 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
     }
 }
 
-// BL_DQ_CHOSEN: the layout of the kernel the device picked (bl_bwd_rows80_chosen), one launch
-// (a second, empty one cost ~4 us per call, bench/results/bwd-s14-rows80.txt run 7) on the
-// 80-row blocks' grid: in the other layout each CTA converts the same 80 rows (b, h, 80m..)
-// straight from the (B, Sq, Hq, D) accumulator (a grid over rows would run at the occupancy
-// the 80-row path's shared memory allows).
-template <typename T>
+// The layout of the kernel the device picked, one launch (a second, empty one cost ~4 us per
+// call, bench/results/bwd-s14-rows80.txt run 7):
+// - BL_DQ_CHOSEN (PACKED false; bl_bwd_rows80_chosen) on the 80-row blocks' grid: in the other
+//   layout each CTA converts the same 80 rows (b, h, 80m..) straight from the (B, Sq, Hq, D)
+//   accumulator (a grid over rows would run at the occupancy the 80-row path's shared memory
+//   allows);
+// - BL_DQ_PACKED (a masked call without a causal mask), whose picks are the dense kernel's
+//   80-row blocks (a mask keeping every tile), aligned entries' 80-row ones (grouped), packed
+//   entries' 64-row ones, or version 10's rows (converted 64 per CTA): on the larger grid, whose
+//   extra CTAs return.
+template <typename T, bool PACKED>
 __global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_postprocess_chosen_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
                                  const uint8_t *__restrict__ dq_writers,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
-    if (bl_bwd_rows80_chosen(totals))
-        postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
-    else
-        postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh, blk);
-}
-
-// BL_DQ_PACKED: the same for a masked call without a causal mask, whose picks are the dense
-// kernel's 80-row blocks (a mask keeping every tile), aligned entries' 80-row ones (grouped),
-// packed entries' 64-row ones, or version 10's rows (converted 64 per CTA): one launch on the
-// larger grid, whose extra CTAs return.
-template <typename T>
-__global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_postprocess_packed_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
-                                 const unsigned long long *__restrict__ totals,
-                                 const uint8_t *__restrict__ dq_writers,
-                                 uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
-    __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
-    const int64_t blk = blockIdx.x;
+    if (!PACKED) {
+        if (bl_bwd_rows80_chosen(totals))
+            postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+        else
+            postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh,
+                                                 blk);
+        return;
+    }
     const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals);
     if (full || (rows80 && !bl_bwd_packed_chosen(totals))) {
         if (blk >= dm.batch * dm.heads_q * dm.tiles_m80) return;
@@ -415,24 +410,20 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
     }
-    // the entries of each row tile (NULL unless bl_bwd_dq_writers_used): tiles with none unread
-    const uint8_t *writers = ws->dq_writers;
-    if (layout == BL_DQ_PACKED) {
-        const int64_t grid = r80_blocks > r64_blocks ? r80_blocks : r64_blocks;
-        bl_bwd_postprocess_packed_kernel<T><<<(unsigned)grid, PP_THREADS, 0, stream>>>(
-            dm, scale, ws->dq_accum, ws->totals, writers, (uint16_t *)dq.data, dq.stride_b,
-            dq.stride_s, dq.stride_h);
-        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_packed_kernel");
+    if (layout == BL_DQ_CHOSEN || layout == BL_DQ_PACKED) {
+        // the packed kernel's grid covers its 64-row picks too
+        const bool packed = layout == BL_DQ_PACKED;
+        const int64_t grid = packed && r64_blocks > r80_blocks ? r64_blocks : r80_blocks;
+        auto kernel = packed ? bl_bwd_postprocess_picked_kernel<T, true>
+                             : bl_bwd_postprocess_picked_kernel<T, false>;
+        // ws->dq_writers: the entries of each row tile (NULL unless bl_bwd_dq_writers_used)
+        kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(dm, scale, ws->dq_accum, ws->totals,
+                                                          ws->dq_writers, (uint16_t *)dq.data,
+                                                          dq.stride_b, dq.stride_s, dq.stride_h);
+        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_picked_kernel");
         return BL_OK;
     }
-    if (layout == BL_DQ_TILES80 || layout == BL_DQ_CHOSEN) {
-        if (layout == BL_DQ_CHOSEN) {
-            bl_bwd_postprocess_chosen_kernel<T><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
-                dm, scale, ws->dq_accum, ws->totals, writers, (uint16_t *)dq.data,
-                dq.stride_b, dq.stride_s, dq.stride_h);
-            BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_chosen_kernel");
-            return BL_OK;
-        }
+    if (layout == BL_DQ_TILES80) {
         bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, false><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
