@@ -356,6 +356,7 @@ static const char *variant_name(int variant) {
     if (variant == BL_BWD_VARIANT_WS128_FEW_CTAS) return "ws3cta";
     if (variant == BL_BWD_VARIANT_WS128_ROWS64) return "r64";
     if (variant == BL_BWD_VARIANT_WS128_ROWS80) return "r80m3";
+    if (variant == BL_BWD_VARIANT_DQ_ROWS) return "dqrows";
     return variant == BL_BWD_VARIANT_MMA ? "mma" : "wgmma";  // wgmma: the shipped kernels
 }
 
@@ -409,6 +410,8 @@ static int run_case(const Case &c) {
     // Masked and selected head-dim-128 calls: the 80-row kernel on their lists whatever the
     // device would pick (the shipped choice takes it for full masks only here), on 3 CTAs.
     if (c.D == 128 && c.mode != 0) variants.push_back(BL_BWD_VARIANT_WS128_ROWS80);
+    // Head dim 128: dQ by row tiles beside version 10 without dQ (no dq accumulator).
+    if (c.D == 128) variants.push_back(BL_BWD_VARIANT_DQ_ROWS);
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);
@@ -729,6 +732,12 @@ static int check_tile_reference(void) {
 
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "check";
+    // ATTN_BWD_VARIANT=N: the timing modes that keep the default variant run variant N instead
+    // (e.g. 10, DQ_ROWS, against 0 in the same build).
+    if (const char *v = getenv("ATTN_BWD_VARIANT")) {
+        bl_bwd_set_variant(atoi(v));
+        g_vname = variant_name(atoi(v));
+    }
 #ifdef BL_BWD_TIMELINE
     if (!strcmp(what, "timeline")) {  // one CTA's clock stamps in the 64-row head-dim-128 kernel
         bl_bwd_set_variant(BL_BWD_VARIANT_WS128_ROWS64);  // (dense calls take the 80-row one)

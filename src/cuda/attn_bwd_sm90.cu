@@ -40,6 +40,9 @@
 // Head dim 128, dense calls (and masked ones where the device picks it): version 11, version 10
 // on 80-row entries.
 #include "bwd_ws128r80_sm90.cuh"
+// Head dim 128, dev variant DQ_ROWS: dQ by row tiles (no dq accumulator), beside version 10
+// without its dQ.
+#include "bwd_dqrows_sm90.cuh"
 // Head dim 64: version 3, two list entries per iteration (see its header for the measurements),
 // and with TMA version 6, the same with a producer warpgroup and warpgroups that take turns.
 #include "bwd_wgmma64p_sm90.cuh"
@@ -53,10 +56,11 @@ static int g_variant = BL_BWD_VARIANT_WGMMA;
 // tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid; tma_kv: p.tm_k, p.tm_v, p.tm_dk and p.tm_dv
 // too (the head-dim-64 kernel uses the last two). *dq_cols_permuted: the kernel launched
 // added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
-// postprocess undoes; the others add with atomics in the natural order.
+// postprocess undoes; the others add with atomics in the natural order. without_dq: the dq-rows
+// kernel computes dQ (version 10 runs without it; only with tma_rows and tma_kv at head dim 128).
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t num_cols,
-                      cudaStream_t stream, bool *dq_cols_permuted) {
+                      cudaStream_t stream, bool *dq_cols_permuted, bool without_dq = false) {
     *dq_cols_permuted = false;
 #ifdef BL_BWD_WITH_MMA_VARIANT
     if (g_variant == BL_BWD_VARIANT_MMA) {
@@ -95,14 +99,15 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
         if (tma && tma_kv && g_variant != BL_BWD_VARIANT_WGMMA128_V3B &&
             g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
             const size_t smem = WS_SMEM_BYTES;
-            BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws128_kernel<T>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            auto kernel = without_dq ? bwd_ws128_kernel<T, false> : bwd_ws128_kernel<T, true>;
+            BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem));
             // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB).
             int sms = 0;
             BL_TRY(bl_sm_count(&sms));
             const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
             const int64_t grid = num_cols < ctas ? num_cols : ctas;
-            bwd_ws128_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
+            kernel<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
             BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel");
             *dq_cols_permuted = true;
             return BL_OK;
@@ -150,6 +155,22 @@ bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_co
     // to complete.
     BL_CUDA_CHECK(bl_launch(kernel, dim3((unsigned)grid), dim3(WS_THREADS), smem, stream,
                             p.totals != nullptr, p));
+    return BL_OK;
+}
+
+// The dq-rows kernel (bwd_dqrows_sm90.cuh): one CTA per (b, q head, row tile).
+template <typename T>
+bl_status launch_dqrows(const dqrows_params &rp, cudaStream_t stream) {
+    const bl_bwd_dims &dm = rp.dm;
+    const size_t smem = dqr_smem::bytes(dm.tiles_n);
+    if (smem > 232448)
+        return bl_set_error(BL_ERR_UNSUPPORTED, "dq-rows kernel: %lld key tiles need %zu bytes of "
+                            "shared memory", (long long)dm.tiles_n, smem);
+    BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_dqrows_kernel<T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int64_t grid = dm.batch * dm.heads_q * dm.tiles_m;
+    bwd_dqrows_kernel<T><<<(unsigned)grid, DQR_THREADS, smem, stream>>>(rp);
+    BL_CUDA_CHECK_LAUNCH("bwd_dqrows_kernel");
     return BL_OK;
 }
 
@@ -287,6 +308,25 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
     const bool masked = tiles != NULL;
+    // Dev variant DQ_ROWS (head dim 128 with TMA): no dq accumulator; version 10 without its dQ,
+    // then the dq-rows kernel, which writes dq (64-key K / V boxes, dq as a 16-bit tensor map).
+    dqrows_params rp;
+    bool dq_rows = false;
+    if (g_variant == BL_BWD_VARIANT_DQ_ROWS && d->head_dim == 128 && tma_kv) {
+        const int64_t D = d->head_dim;
+        rp.tm_q = p.tm_q;
+        rp.tm_do = p.tm_do;
+        rp.mask = tiles;
+        rp.lse_log2 = ws.lse_log2;
+        rp.dlt = ws.dlt;
+        rp.dm = dm;
+        rp.scale = d->scale;
+        rp.scale_log2 = p.scale_log2;
+        rp.causal = d->causal;
+        dq_rows = bl_make_tensor_map(&rp.tm_k, k, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
+                  bl_make_tensor_map(&rp.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
+                  bl_make_tensor_map(&rp.tm_dq, dq, dm.batch, dm.seqlen_q, dm.heads_q, D, DQR_ROWS, bf16);
+    }
     for (int i = 0; rows80 && masked && !d->causal && i < 3; ++i) {
         const uint32_t box = (uint32_t)(R80_PACKED_BOX * (i + 1));
         rows80 = bl_make_tensor_map(&p.tm_qp[i], q, dm.batch, dm.seqlen_q, dm.heads_q,
@@ -299,7 +339,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
     const bool forced = g_variant == BL_BWD_VARIANT_WS128_ROWS80;  // no choice: 80 rows, aligned
     bl_dq_layout layout = BL_DQ_ROWS;
-    if (rows80 && !masked)
+    if (dq_rows)
+        layout = BL_DQ_NONE;
+    else if (rows80 && !masked)
         layout = BL_DQ_TILES80;
     else if (rows80 && d->causal)
         layout = forced ? BL_DQ_TILES80 : BL_DQ_CHOSEN;
@@ -353,9 +395,13 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
             st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm)
                       : launch_main<__half, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm);
         else
-            st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm)
-                      : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm);
+            st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows)
+                      : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows);
         if (st != BL_OK) return st;
+        if (dq_rows && !perm)
+            return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: dq-rows path without version 10");
+        if (dq_rows)
+            return bf16 ? launch_dqrows<__nv_bfloat16>(rp, stream) : launch_dqrows<__half>(rp, stream);
         layout = perm ? BL_DQ_ROWS_PERMUTED : BL_DQ_ROWS;
     }
 

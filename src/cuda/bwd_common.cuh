@@ -159,11 +159,13 @@ enum bl_dq_layout {
                               // r80_reduce_packed)
     BL_DQ_TILES80G = 5,       // as TILES80, each block in TILES64R's order (the aligned
                               // entries of a masked call without a causal mask)
-    BL_DQ_PACKED = 6          // a masked call without a causal mask: TILES80 where the mask
+    BL_DQ_PACKED = 6,         // a masked call without a causal mask: TILES80 where the mask
                               // keeps every tile (bl_bwd_masked_full on ws->totals), else
                               // where 80-row entries ran (bl_bwd_rows80_cheaper) TILES64R for
                               // packed ones (bl_bwd_packed_chosen), TILES80G for aligned ones,
                               // else ROWS_PERMUTED (version 10)
+    BL_DQ_NONE = 7            // no accumulator: the dq-rows kernel writes dq itself
+                              // (bwd_dqrows_sm90.cuh; dev variant DQ_ROWS)
 };
 
 // Floats of the dq accumulator in `layout` (the tile layouts cover the padded last row tile).
@@ -225,6 +227,8 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
 //     one (version 11, bwd_ws128r80_sm90.cuh).
 //   WS128_ROWS80: masked and selected head-dim-128 calls on the 80-row kernel whatever their
 //     lists (the shipped choice, bl_bwd_rows80_chosen, is the device's), on at most 3 CTAs.
+//   DQ_ROWS: head-dim-128 calls with TMA as version 10 without dQ (bwd_ws128_kernel<T, false>)
+//     and the dq-rows kernel (bwd_dqrows_sm90.cuh): no dq accumulator.
 enum {
     BL_BWD_VARIANT_WGMMA = 0,
     BL_BWD_VARIANT_MMA = 1,
@@ -235,6 +239,7 @@ enum {
     BL_BWD_VARIANT_WGMMA64_V4 = 6,
     BL_BWD_VARIANT_WS128_FEW_CTAS = 7,
     BL_BWD_VARIANT_WS128_ROWS64 = 8,
-    BL_BWD_VARIANT_WS128_ROWS80 = 9
+    BL_BWD_VARIANT_WS128_ROWS80 = 9,
+    BL_BWD_VARIANT_DQ_ROWS = 10
 };
 void bl_bwd_set_variant(int variant);

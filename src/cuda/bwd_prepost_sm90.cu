@@ -40,6 +40,7 @@ static int64_t bl_bwd_dq_accum_rows(const bl_bwd_dims &dm, bl_dq_layout layout) 
     case BL_DQ_TILES80G:
     case BL_DQ_CHOSEN: return rows80;
     case BL_DQ_TILES64R: return rows64;
+    case BL_DQ_NONE: return 0;
     case BL_DQ_PACKED: return rows80 > rows64 ? rows80 : rows64;
     default: return dm.seqlen_q;
     }

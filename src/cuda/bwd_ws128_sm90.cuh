@@ -175,10 +175,11 @@ __device__ __forceinline__ void ws_store_dkv(const bwd_params &p, uint32_t src, 
 // Warp `warp` writes its 16 keys (rows 16 warp..) of one accumulator (times mul) into buffer
 // `sbuf` with stmatrix: per pair of n8 tiles (2u, 2u + 1), matrices (rows 0-7, tile 2u), (rows
 // 8-15, 2u), (0-7, 2u + 1), (8-15, 2u + 1); lane l gives row l % 8 of matrix l / 8.
-template <typename T, int N>
+// PANEL_ROWS: the rows of the buffer's panels (the dq-rows kernel stages 64-row tiles the same way).
+template <typename T, int N, int PANEL_ROWS = BN>
 __device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N], float mul,
                                              int warp, int lane) {
-    constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;
+    constexpr uint32_t KPANEL = PANEL_ROWS * PANEL_ROW_BYTES;
     const int j = lane >> 3;
     const int row = warp * KEYS_PER_WARP + 8 * (j & 1) + (lane & 7);
 #pragma unroll
@@ -239,7 +240,10 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
     } while (0)
 #endif
 
-template <typename T>
+// WITH_DQ = false: dK and dV only (no dS staging, no dQ product, no reduce-adds), for calls
+// whose dQ the dq-rows kernel computes (bwd_dqrows_sm90.cuh); the staging ring then carries only
+// each column's dK / dV, at positions 2k, 2k + 1.
+template <typename T, bool WITH_DQ = true>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
     // A masked call may launch this kernel and then the 80-row one (bwd_ws128r80_sm90.cuh) as
     // its programmatic dependent, released at once (its CTAs take an SM only as this kernel's
@@ -320,7 +324,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 };
                 uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
                 if (p.dq_writers != nullptr && cl.count > 0) next_writers = writers(0);
-                for (int it = 0; it < cl.count; ++it, ++gj) {
+                for (int it = 0; WITH_DQ && it < cl.count; ++it, ++gj) {
                     const int buf = gj & 1;
                     const int e = cl.list[it];
                     const int h = (int)(cl.g * dm.group) + e / tiles_m, m = e % tiles_m;
@@ -460,7 +464,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 }
                 bl_wgmma_commit();
                 BL_TLC(1);
-                if (it > 0) {
+                if (WITH_DQ && it > 0) {
                     // Entry it-1's dQ, staged at the end of the last iteration, goes to the reducer now:
                     // its stores have long completed, so the proxy fence costs little here (right after
                     // the stores it waited for them, ~3 % of the time).
@@ -534,6 +538,21 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
                                       bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
                 bl_wgmma_commit();
+                if constexpr (!WITH_DQ) {
+                    // dK only: entry it+1's S^T queues behind dK, the buffer goes back once dV
+                    // and dK have read it.
+                    const int e_ahead2 = list[it + 2 < count ? it + 2 : count - 1];
+                    m_next = e_ahead % tiles_m;
+                    e_ahead = e_ahead2;
+                    issue_s(it + 1);
+                    bl_wgmma_wait<1>();
+                    bl_reg_fence(dsa);
+                    bl_reg_fence(pa);
+                    mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
+                    bl_wgmma_wait<0>();
+                    bl_reg_fence(s);
+                    continue;
+                }
                 store_ds_tile(sDS + wg * QPANEL, dsa, warp, lane);
                 bl_fence_proxy_async();  // the dS stores are read by wgmma next
                 BL_TLC(6);
@@ -594,9 +613,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 BL_TLC(11);
             }
             // the last entry's staged dQ
-            bl_fence_proxy_async();
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * ((g0 + count - 1) & 1));
+            if constexpr (WITH_DQ) {
+                bl_fence_proxy_async();
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * ((g0 + count - 1) & 1));
+            }
             // The column's last product that reads K / V (the S^T issued past its last entry) has
             // completed: the producer may load the next column's while this one's dK / dV go out.
             mbarrier_arrive(bars + ws_bars::KVEMPTY);
@@ -609,7 +630,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         // the second is the last entry's dQ buffer, free once the reducer's adds have read it.
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
-            const int gd = g0 + count + 2 * k + x, sb = gd & 1;
+            const int gd = (WITH_DQ ? g0 + count : 0) + 2 * k + x, sb = gd & 1;
             mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * sb, ((uint32_t)(gd >> 1) & 1u) ^ 1u);
             const uint32_t sbuf = s0 + L::DQS + (uint32_t)(sb * WARPS) * DQ_WARP_BYTES;
             if (x == 0)

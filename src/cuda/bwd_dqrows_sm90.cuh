@@ -1,0 +1,249 @@
+// bwd_dqrows_sm90.cuh -- dQ by row tiles, head dim 128 (the "dq-rows" path; dev variant
+// BL_BWD_VARIANT_DQ_ROWS while it is measured).
+//
+// Why: the main kernels walk key tiles and add each entry's dQ into an fp32 accumulator that the
+// preprocess zeroes and the postprocess converts; at 1 % kept that accumulator moves ~540 of a
+// call's ~990 MB (bench/notes-bwd.md, eighteenth session). Here each CTA owns one 64-row tile of
+// one query head, walks the key tiles its mask row keeps, recomputes S and dP for them and keeps
+// dQ in registers: no accumulator, no zeros, no conversion, at the price of two more products
+// per kept tile (S = Q K^T and dP = dO V^T, which the main kernel computes too). The main kernel
+// then runs without its dQ (bwd_ws128_kernel<T, false>).
+//
+// One warpgroup per CTA (two CTAs per SM), warp w owning query rows 16w..16w+15. Per step of 64
+// keys (half a key tile; a key tile's second half is skipped past Sk and above the causal
+// diagonal):
+//   S  (64 queries x 64 keys) = Q K^T     SS, both K-major
+//   dP (64 x 64)              = dO V^T    SS, both K-major
+//   P = exp2(S * scale*log2e - lse*log2e) (masked), dS = P * (dP - Dlt)
+//   dQ (64 x 128)            += dS K      RS (dS from registers), K MN-major
+// Thread 0 loads Q / dO once and each step's K / V with TMA into a DQR_STAGES-deep ring; the
+// tile's dQ (times scale, in T) leaves through shared memory by two TMA stores, zeros where the
+// mask keeps nothing.
+#pragma once
+#include "bwd_ws128_sm90.cuh"
+
+namespace bl_bwd {
+
+struct dqrows_params {
+    // (D, S, H, B) views with (64, 64, 1, 1) boxes: 64 rows (or keys) of one 64-column panel.
+    CUtensorMap tm_q, tm_do, tm_k, tm_v, tm_dq;
+    const uint8_t *mask;          // (B, Hq, Tm, Tn); NULL: every tile is kept
+    const float *lse_log2, *dlt;  // (B, Hq, Sq_pad), from the preprocess
+    bl_bwd_dims dm;
+    float scale, scale_log2;
+    int causal;
+};
+
+constexpr int DQR_THREADS = 128;
+constexpr int DQR_ROWS = 64;     // query rows per CTA: one row tile (BM)
+constexpr int DQR_KEYS = 64;     // keys per step
+constexpr int DQR_STAGES = 2;    // K / V ring depth
+constexpr int DQR_D = 128;
+static_assert(DQR_ROWS == BM && BN == 2 * DQR_KEYS, "a step is half a key tile of one row tile");
+
+struct dqr_smem {
+    static constexpr uint32_t PANEL = 64 * PANEL_ROW_BYTES;   // 64 rows x 64 columns: 8 KB
+    static constexpr uint32_t TILE = 2 * PANEL;               // 64 rows x D = 128
+    static constexpr uint32_t Q = 0;                          // also the dQ staging at the end
+    static constexpr uint32_t DO = Q + TILE;
+    static constexpr uint32_t KV = DO + TILE;                 // stage s: K at KV + 2s TILE, V next
+    static constexpr uint32_t BARS = KV + DQR_STAGES * 2 * TILE;  // QBAR, then FULL[stages]
+    static constexpr uint32_t WARP_SUMS = BARS + 8 * (1 + DQR_STAGES);  // 4 ints: the list scan
+    static constexpr uint32_t LIST = WARP_SUMS + 16;          // ints: the steps' first keys / 64
+    static constexpr uint32_t BASE_ALIGN = 1024;
+    // The kernel's dynamic shared memory for Tn key tiles (two steps each at most).
+    static size_t bytes(int64_t tiles_n) { return LIST + 2 * tiles_n * sizeof(int) + BASE_ALIGN; }
+};
+
+// The steps of row tile (b, h, m): step j covers keys 64 list[j] ..; built in order by all 128
+// threads. Returns the count.
+__device__ __forceinline__ int dqr_build_steps(const dqrows_params &p, int64_t b, int64_t h,
+                                               int64_t m, int *list, int *warp_sums) {
+    const bl_bwd_dims &dm = p.dm;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // The last key any row of the tile may see: query i sees keys j <= i + (Sk - Sq) (causal).
+    int64_t last_key = dm.seqlen_k - 1;
+    if (p.causal) {
+        const int64_t diag_last = m * DQR_ROWS + DQR_ROWS - 1 + dm.seqlen_k - dm.seqlen_q;
+        last_key = diag_last < last_key ? diag_last : last_key;
+    }
+    const uint8_t *mrow = p.mask ? p.mask + ((b * dm.heads_q + h) * dm.tiles_m + m) * dm.tiles_n : nullptr;
+    int total = 0;
+    for (int64_t base = 0; base < dm.tiles_n; base += DQR_THREADS) {
+        const int64_t n = base + tid;
+        const int64_t key0 = n * BN;
+        const bool kept = n < dm.tiles_n && key0 <= last_key && (mrow == nullptr || mrow[n] != 0);
+        const int steps = !kept ? 0 : key0 + DQR_KEYS <= last_key ? 2 : 1;
+        // exclusive scan of steps over the CTA, in thread order
+        int incl = steps;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, off);
+            if (lane >= off) incl += y;
+        }
+        if (lane == 31) warp_sums[warp] = incl;
+        __syncthreads();
+        int before = total;
+        for (int w = 0; w < warp; ++w) before += warp_sums[w];
+        const int at = before + incl - steps;
+        if (steps > 0) list[at] = (int)(2 * n);
+        if (steps > 1) list[at + 1] = (int)(2 * n + 1);
+        total += warp_sums[0] + warp_sums[1] + warp_sums[2] + warp_sums[3];
+        __syncthreads();  // warp_sums is rewritten by the next round
+    }
+    return total;
+}
+
+// TMA of step j's K and V (64 keys from `key0`, kv head g, batch b) into the ring's stage.
+__device__ __forceinline__ void dqr_load_kv(const dqrows_params &p, uint32_t sK, uint32_t bar,
+                                            int64_t b, int64_t g, int64_t key0) {
+    mbarrier_arrive_expect_tx(bar, 2 * dqr_smem::TILE);
+#pragma unroll
+    for (int panel = 0; panel < DQR_D / PANEL_COLS; ++panel) {
+        tma_load_4d(sK + panel * dqr_smem::PANEL, &p.tm_k, bar, panel * PANEL_COLS, (int)key0,
+                    (int)g, (int)b);
+        tma_load_4d(sK + dqr_smem::TILE + panel * dqr_smem::PANEL, &p.tm_v, bar,
+                    panel * PANEL_COLS, (int)key0, (int)g, (int)b);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DQR_THREADS, 2) bwd_dqrows_kernel(const __grid_constant__ dqrows_params p) {
+    using L = dqr_smem;
+    constexpr int NK = DQR_KEYS / 8;  // n8 tiles of keys (S, dP): 8
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
+    const uint32_t s0 = bl_smem_addr(smem_base);
+    const uint32_t qbar = s0 + L::BARS, full = qbar + 8;
+    int *list = reinterpret_cast<int *>(smem_base + L::LIST);
+
+    const bl_bwd_dims &dm = p.dm;
+    // CTA -> (b, h, m), m fastest: neighbouring CTAs share their kv head's K / V in L2.
+    const int64_t blk = blockIdx.x;
+    const int64_t m = blk % dm.tiles_m, h = (blk / dm.tiles_m) % dm.heads_q,
+                  b = blk / (dm.tiles_m * dm.heads_q);
+    const int64_t g = h / dm.group;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int lg = lane >> 2, lt = lane & 3;
+
+    if (tid == 0) {
+        mbarrier_init(qbar, 1);
+        for (int s = 0; s < DQR_STAGES; ++s) mbarrier_init(full + 8 * s, 1);
+        fence_mbarrier_init();
+    }
+    const int count =
+        dqr_build_steps(p, b, h, m, list, reinterpret_cast<int *>(smem_base + L::WARP_SUMS));
+    // (dqr_build_steps ends on a barrier: the list and the initialised mbarriers are visible.)
+
+    float dq[DQR_D / 2];  // rows 16 warp + lg (+ 8), columns 8t + 2lt (+ 1): n8 tile t
+#pragma unroll
+    for (int x = 0; x < DQR_D / 2; ++x) dq[x] = 0.0f;
+
+    if (count > 0) {
+        if (tid == 0) {
+            mbarrier_arrive_expect_tx(qbar, 2 * L::TILE);
+#pragma unroll
+            for (int panel = 0; panel < DQR_D / PANEL_COLS; ++panel) {
+                tma_load_4d(s0 + L::Q + panel * L::PANEL, &p.tm_q, qbar, panel * PANEL_COLS,
+                            (int)(m * DQR_ROWS), (int)h, (int)b);
+                tma_load_4d(s0 + L::DO + panel * L::PANEL, &p.tm_do, qbar, panel * PANEL_COLS,
+                            (int)(m * DQR_ROWS), (int)h, (int)b);
+            }
+            for (int j = 0; j < DQR_STAGES && j < count; ++j)
+                dqr_load_kv(p, s0 + L::KV + 2 * j * L::TILE, full + 8 * j, b, g,
+                            (int64_t)list[j] * DQR_KEYS);
+        }
+        // this thread's two rows: r0 = 16 warp + lg and r0 + 8
+        const int r0 = 16 * warp + lg;
+        const int64_t row_at = (b * dm.heads_q + h) * dm.seqlen_q_pad + m * DQR_ROWS + r0;
+        const float lse_r[2] = {p.lse_log2[row_at], p.lse_log2[row_at + 8]};
+        const float dlt_r[2] = {p.dlt[row_at], p.dlt[row_at + 8]};
+        const int64_t q0 = m * DQR_ROWS + r0;  // this thread's first query
+        const int64_t diag = dm.seqlen_k - dm.seqlen_q;
+        mbarrier_wait(qbar, 0);
+
+        for (int j = 0; j < count; ++j) {
+            const int st = j % DQR_STAGES;
+            const uint32_t sK = s0 + L::KV + 2 * st * L::TILE, sV = sK + L::TILE;
+            mbarrier_wait(full + 8 * st, (uint32_t)(j / DQR_STAGES) & 1u);
+            const int64_t key0 = (int64_t)list[j] * DQR_KEYS;
+
+            // ---- S = Q K^T and dP = dO V^T (two groups) ----
+            float s[NK * 4], dp[NK * 4];
+#pragma unroll
+            for (int x = 0; x < NK * 4; ++x) s[x] = dp[x] = 0.0f;
+            bl_reg_fence(s);
+            bl_reg_fence(dp);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < DQR_D / 16; ++kk) {
+                const uint32_t off = (kk / 4) * L::PANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                bl_wgmma_ss_n64<T, 0>(s, bl_wgmma_desc(s0 + L::Q + off, 16, BL_WGMMA_GROUP_BYTES),
+                                      bl_wgmma_desc(sK + off, 16, BL_WGMMA_GROUP_BYTES));
+            }
+            bl_wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < DQR_D / 16; ++kk) {
+                const uint32_t off = (kk / 4) * L::PANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                bl_wgmma_ss_n64<T, 0>(dp, bl_wgmma_desc(s0 + L::DO + off, 16, BL_WGMMA_GROUP_BYTES),
+                                      bl_wgmma_desc(sV + off, 16, BL_WGMMA_GROUP_BYTES));
+            }
+            bl_wgmma_commit();
+            bl_wgmma_wait<1>();  // S is done; dP may still run
+            bl_reg_fence(s);
+
+            // ---- P: recompute the probabilities from lse; zero what the mask forbids ----
+            const bool need_mask = key0 + DQR_KEYS > dm.seqlen_k ||
+                                   (p.causal && key0 + DQR_KEYS - 1 > m * DQR_ROWS + diag);
+#pragma unroll
+            for (int t = 0; t < NK; ++t)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    float v = exp2f(fmaf(s[4 * t + x], p.scale_log2, -lse_r[x >> 1]));
+                    if (need_mask) {
+                        const int64_t key = key0 + 8 * t + 2 * lt + (x & 1);
+                        const int64_t query = q0 + 8 * (x >> 1);
+                        if (key >= dm.seqlen_k || (p.causal && key > query + diag)) v = 0.0f;
+                    }
+                    s[4 * t + x] = v;
+                }
+            bl_wgmma_wait<0>();  // dP is done
+            bl_reg_fence(dp);
+
+            // ---- dS = P * (dP - Dlt); dQ += dS K ----
+#pragma unroll
+            for (int x = 0; x < NK * 4; ++x) dp[x] = s[x] * (dp[x] - dlt_r[(x >> 1) & 1]);
+            uint32_t dsa[DQR_KEYS / 16][4];
+            pack_a_fragments<T>(dsa, dp);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < DQR_KEYS / 16; ++ks)
+                bl_wgmma_rs<T, DQR_D>(dq, dsa[ks],
+                                      bl_wgmma_desc(sK + ks * K16_BYTES_MNMAJOR, L::PANEL,
+                                                    BL_WGMMA_GROUP_BYTES));
+            bl_wgmma_commit();
+            bl_wgmma_wait<0>();
+            bl_reg_fence(dq);
+            bl_reg_fence(dsa);
+            // Every warp's products have read the stage: it takes step j + DQR_STAGES.
+            __syncthreads();
+            if (tid == 0 && j + DQR_STAGES < count)
+                dqr_load_kv(p, sK, full + 8 * st, b, g, (int64_t)list[j + DQR_STAGES] * DQR_KEYS);
+        }
+    }
+
+    // ---- dQ * scale in T through the Q buffer (free: every product has completed) ----
+    ws_stage_dkv<T, DQR_D / 2, DQR_ROWS>(s0 + L::Q, dq, p.scale, warp, lane);
+    bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
+    __syncthreads();
+    if (tid == 0) {
+#pragma unroll
+        for (int panel = 0; panel < DQR_D / PANEL_COLS; ++panel)
+            tma_store_4d(&p.tm_dq, s0 + L::Q + panel * L::PANEL, panel * PANEL_COLS,
+                         (int)(m * DQR_ROWS), (int)h, (int)b);
+        bulk_commit_group();
+        bulk_wait_group_read<0>();  // the shared memory outlives the copy engine's reads
+    }
+}
+
+}  // namespace bl_bwd
