@@ -660,8 +660,11 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
     const double flops = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
     const int reps = S >= 32768 ? 3 : 7;
     CK(cudaDeviceSynchronize());
-    double dense = time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f, nullptr, t[5],
-                            t[6], t[7], reps);
+    // ATTN_BWD_SKIP_DENSE=1: no dense reference call (ncu of the sparse calls alone).
+    const bool skip_dense = getenv("ATTN_BWD_SKIP_DENSE") != nullptr;
+    double dense = skip_dense ? NAN
+                              : time_bwd(desc, t[0], t[1], t[2], t[3], t[4], lse, nullptr, 0.0f,
+                                         nullptr, t[5], t[6], t[7], reps);
     printf("bench %-5s B%d S%d H%d D%d %s dense        : %8.3f ms  %6.1f TFLOP/s\n", g_vname, B, S,
            H, D, causal ? "causal" : "full  ", dense, flops / dense * 1e-9);
     g_dense_tflops = flops / dense * 1e-9;

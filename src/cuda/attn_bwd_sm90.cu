@@ -308,8 +308,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
     const bool masked = tiles != NULL;
-    // Dev variant DQ_ROWS (head dim 128 with TMA): no dq accumulator; version 10 without its dQ,
-    // then the dq-rows kernel, which writes dq (64-key K / V boxes, dq as a 16-bit tensor map).
+    // Dev variant DQ_ROWS (head dim 128 with TMA): no dq accumulator and no preprocess; the
+    // dq-rows kernel (dq, and the Dlt / lse rows version 10 reads; 64-key K / V boxes, dq as a
+    // 16-bit tensor map), then version 10 without its dQ.
     dqrows_params rp;
     bool dq_rows = false;
     if (g_variant == BL_BWD_VARIANT_DQ_ROWS && d->head_dim == 128 && tma_kv) {
@@ -317,6 +318,11 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         rp.tm_q = p.tm_q;
         rp.tm_do = p.tm_do;
         rp.mask = tiles;
+        rp.out = (const uint16_t *)out.data;
+        rp.out_sb = out.stride_b;
+        rp.out_ss = out.stride_s;
+        rp.out_sh = out.stride_h;
+        rp.lse = lse;
         rp.lse_log2 = ws.lse_log2;
         rp.dlt = ws.dlt;
         rp.dm = dm;
@@ -356,7 +362,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // Masked calls whose kernel the device picks count each row tile's entries in the lists
     // kernel (bl_bwd_dq_writers_used); for the others it stays NULL.
     if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
-    if (selecting) {
+    if (dq_rows) {
+        // No preprocess: the dq-rows kernel writes the Dlt / lse rows that version 10 reads.
+        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
+    } else if (selecting) {
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
         BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
     } else {
@@ -365,6 +374,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     }
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, &ws, stream));
     p.dq_writers = ws.dq_writers;
+    if (dq_rows)
+        BL_TRY(bf16 ? launch_dqrows<__nv_bfloat16>(rp, stream) : launch_dqrows<__half>(rp, stream));
 
     if (rows80 && masked && !forced) {
         // The 64-row kernel first: the 80-row ones follow as programmatic dependents.
@@ -400,8 +411,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         if (st != BL_OK) return st;
         if (dq_rows && !perm)
             return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: dq-rows path without version 10");
-        if (dq_rows)
-            return bf16 ? launch_dqrows<__nv_bfloat16>(rp, stream) : launch_dqrows<__half>(rp, stream);
+        if (dq_rows) return BL_OK;  // dq written by the dq-rows kernel
         layout = perm ? BL_DQ_ROWS_PERMUTED : BL_DQ_ROWS;
     }
 

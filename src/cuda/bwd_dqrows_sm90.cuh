@@ -19,6 +19,10 @@
 // Thread 0 loads Q / dO once and each step's K / V with TMA into a DQR_STAGES-deep ring; the
 // tile's dQ (times scale, in T) leaves through shared memory by two TMA stores, zeros where the
 // mask keeps nothing.
+// The kernel also does the preprocess's work for the rows of its tile where it keeps a key tile
+// (the only rows whose Dlt / lse the main kernel reads): Dlt = rowsum(dO * out) from the dO tile
+// in shared memory and `out` read here, lse_log2 from lse, both written to the workspace for
+// version 10, which runs after it. So a call on this path has no preprocess and no postprocess.
 #pragma once
 #include "bwd_ws128_sm90.cuh"
 
@@ -28,7 +32,10 @@ struct dqrows_params {
     // (D, S, H, B) views with (64, 64, 1, 1) boxes: 64 rows (or keys) of one 64-column panel.
     CUtensorMap tm_q, tm_do, tm_k, tm_v, tm_dq;
     const uint8_t *mask;          // (B, Hq, Tm, Tn); NULL: every tile is kept
-    const float *lse_log2, *dlt;  // (B, Hq, Sq_pad), from the preprocess
+    const uint16_t *out;          // (B, Sq, Hq, D) in T, strides out_sb / ss / sh
+    int64_t out_sb, out_ss, out_sh;
+    const float *lse;             // (B, Hq, Sq), natural log
+    float *lse_log2, *dlt;        // (B, Hq, Sq_pad): written here for the kept row tiles
     bl_bwd_dims dm;
     float scale, scale_log2;
     int causal;
@@ -37,7 +44,15 @@ struct dqrows_params {
 constexpr int DQR_THREADS = 128;
 constexpr int DQR_ROWS = 64;     // query rows per CTA: one row tile (BM)
 constexpr int DQR_KEYS = 64;     // keys per step
-constexpr int DQR_STAGES = 2;    // K / V ring depth
+// K / V ring depth. One (three CTAs per SM) measured 1-6 % faster than two (two CTAs per SM)
+// at 1-10 % kept (bench/results/bwd-s27-dq-rows.txt): the CTAs' own steps overlap less, but a
+// third CTA hides more of the latency-bound loads. -DBL_DQR_STAGES=2 builds the other.
+#ifndef BL_DQR_STAGES
+#define BL_DQR_STAGES 1
+#endif
+constexpr int DQR_STAGES = BL_DQR_STAGES;
+// CTAs per SM: shared memory holds two with a two-deep ring, three with one.
+constexpr int DQR_MIN_CTAS = DQR_STAGES == 1 ? 3 : 2;
 constexpr int DQR_D = 128;
 static_assert(DQR_ROWS == BM && BN == 2 * DQR_KEYS, "a step is half a key tile of one row tile");
 
@@ -49,7 +64,8 @@ struct dqr_smem {
     static constexpr uint32_t KV = DO + TILE;                 // stage s: K at KV + 2s TILE, V next
     static constexpr uint32_t BARS = KV + DQR_STAGES * 2 * TILE;  // QBAR, then FULL[stages]
     static constexpr uint32_t WARP_SUMS = BARS + 8 * (1 + DQR_STAGES);  // 4 ints: the list scan
-    static constexpr uint32_t LIST = WARP_SUMS + 16;          // ints: the steps' first keys / 64
+    static constexpr uint32_t ROWS = WARP_SUMS + 16;          // fp32 lse_log2[64], dlt[64]
+    static constexpr uint32_t LIST = ROWS + 2 * 64 * 4;       // ints: the steps' first keys / 64
     static constexpr uint32_t BASE_ALIGN = 1024;
     // The kernel's dynamic shared memory for Tn key tiles (two steps each at most).
     static size_t bytes(int64_t tiles_n) { return LIST + 2 * tiles_n * sizeof(int) + BASE_ALIGN; }
@@ -108,7 +124,7 @@ __device__ __forceinline__ void dqr_load_kv(const dqrows_params &p, uint32_t sK,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(DQR_THREADS, 2) bwd_dqrows_kernel(const __grid_constant__ dqrows_params p) {
+__global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(const __grid_constant__ dqrows_params p) {
     using L = dqr_smem;
     constexpr int NK = DQR_KEYS / 8;  // n8 tiles of keys (S, dP): 8
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -153,14 +169,52 @@ __global__ void __launch_bounds__(DQR_THREADS, 2) bwd_dqrows_kernel(const __grid
                 dqr_load_kv(p, s0 + L::KV + 2 * j * L::TILE, full + 8 * j, b, g,
                             (int64_t)list[j] * DQR_KEYS);
         }
+        // ---- the preprocess's part: row rr's Dlt from columns 64 half.. by this thread ----
+        float *s_lse = reinterpret_cast<float *>(smem_base + L::ROWS), *s_dlt = s_lse + DQR_ROWS;
+        {
+            const int rr = tid >> 1, half = tid & 1;
+            const int64_t i = m * DQR_ROWS + rr;
+            const bool live = i < dm.seqlen_q;
+            uint4 o[PANEL_COLS / 8];
+            const uint4 *src = reinterpret_cast<const uint4 *>(p.out + b * p.out_sb + i * p.out_ss +
+                                                               h * p.out_sh + half * PANEL_COLS);
+#pragma unroll
+            for (int c = 0; c < PANEL_COLS / 8; ++c) o[c] = live ? src[c] : make_uint4(0u, 0u, 0u, 0u);
+            const float l = live ? p.lse[(b * dm.heads_q + h) * dm.seqlen_q + i] : -INFINITY;
+            mbarrier_wait(qbar, 0);
+            // dO row rr, panel `half`: chunk c at row rr, position c ^ (rr % 8) (128B swizzle)
+            const unsigned char *drow = smem_base + L::DO + half * L::PANEL + rr * PANEL_ROW_BYTES;
+            float dot = 0.0f;
+#pragma unroll
+            for (int c = 0; c < PANEL_COLS / 8; ++c) {
+                const uint4 g = *reinterpret_cast<const uint4 *>(drow + ((c ^ (rr & 7)) << 4));
+                const uint32_t ow[4] = {o[c].x, o[c].y, o[c].z, o[c].w};
+                const uint32_t gw[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 of = bl_unpack2<T>(ow[e]), gf = bl_unpack2<T>(gw[e]);
+                    dot = fmaf(of.x, gf.x, fmaf(of.y, gf.y, dot));
+                }
+            }
+            dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+            if (half == 0) {
+                // +inf where the row has no gradient (past Sq, or lse = -inf): exp2(s - inf) = 0
+                const float l2 = l == -INFINITY ? INFINITY : l * LOG2E;
+                const float dl = live ? dot : 0.0f;
+                s_lse[rr] = l2;
+                s_dlt[rr] = dl;
+                const int64_t at = (b * dm.heads_q + h) * dm.seqlen_q_pad + i;
+                p.lse_log2[at] = l2;
+                p.dlt[at] = dl;
+            }
+        }
+        __syncthreads();
         // this thread's two rows: r0 = 16 warp + lg and r0 + 8
         const int r0 = 16 * warp + lg;
-        const int64_t row_at = (b * dm.heads_q + h) * dm.seqlen_q_pad + m * DQR_ROWS + r0;
-        const float lse_r[2] = {p.lse_log2[row_at], p.lse_log2[row_at + 8]};
-        const float dlt_r[2] = {p.dlt[row_at], p.dlt[row_at + 8]};
+        const float lse_r[2] = {s_lse[r0], s_lse[r0 + 8]};
+        const float dlt_r[2] = {s_dlt[r0], s_dlt[r0 + 8]};
         const int64_t q0 = m * DQR_ROWS + r0;  // this thread's first query
         const int64_t diag = dm.seqlen_k - dm.seqlen_q;
-        mbarrier_wait(qbar, 0);
 
         for (int j = 0; j < count; ++j) {
             const int st = j % DQR_STAGES;

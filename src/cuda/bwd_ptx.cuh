@@ -109,6 +109,17 @@ __device__ __forceinline__ uint32_t bl_pack2<__half>(float lo, float hi) {
 }
 
 // 16-bit element -> float, and back.
+// The two 16-bit values of a packed word, low half first (bl_pack2's inverse).
+template <typename T>
+static __device__ __forceinline__ float2 bl_unpack2(uint32_t u);
+template <>
+__device__ __forceinline__ float2 bl_unpack2<__nv_bfloat16>(uint32_t u) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float2 bl_unpack2<__half>(uint32_t u) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(&u));
+}
 static __device__ __forceinline__ float bl_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ float bl_to_float(__half x) { return __half2float(x); }
 template <typename T>
