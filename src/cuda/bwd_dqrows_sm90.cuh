@@ -9,7 +9,7 @@
 // per kept tile (S = Q K^T and dP = dO V^T, which the main kernel computes too). The main kernel
 // then runs without its dQ (bwd_ws128_kernel<T, false>).
 //
-// One warpgroup per CTA (two CTAs per SM), warp w owning query rows 16w..16w+15. Per step of 64
+// One warpgroup per CTA (three CTAs per SM with the one-stage ring), warp w owning query rows 16w..16w+15. Per step of 64
 // keys (half a key tile; a key tile's second half is skipped past Sk and above the causal
 // diagonal):
 //   S  (64 queries x 64 keys) = Q K^T     SS, both K-major
@@ -44,9 +44,10 @@ struct dqrows_params {
 constexpr int DQR_THREADS = 128;
 constexpr int DQR_ROWS = 64;     // query rows per CTA: one row tile (BM)
 constexpr int DQR_KEYS = 64;     // keys per step
-// K / V ring depth. One (three CTAs per SM) measured 1-6 % faster than two (two CTAs per SM)
-// at 1-10 % kept (bench/results/bwd-s27-dq-rows.txt): the CTAs' own steps overlap less, but a
-// third CTA hides more of the latency-bound loads. -DBL_DQR_STAGES=2 builds the other.
+// K / V ring depth. One (three CTAs per SM) ran up to 7 % faster than two (two CTAs per SM) at
+// 1-10 % kept in 13 of 15 calls timed, 2 % slower in one (bench/results/bwd-s27-dq-rows.txt,
+// runs 3-4): the CTAs' own steps overlap less, but a third CTA hides more of the latency-bound
+// loads. -DBL_DQR_STAGES=2 builds the other.
 #ifndef BL_DQR_STAGES
 #define BL_DQR_STAGES 1
 #endif

@@ -108,7 +108,6 @@ __device__ __forceinline__ uint32_t bl_pack2<__half>(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-// 16-bit element -> float, and back.
 // The two 16-bit values of a packed word, low half first (bl_pack2's inverse).
 template <typename T>
 static __device__ __forceinline__ float2 bl_unpack2(uint32_t u);
@@ -120,6 +119,8 @@ template <>
 __device__ __forceinline__ float2 bl_unpack2<__half>(uint32_t u) {
     return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
+
+// 16-bit element -> float, and back.
 static __device__ __forceinline__ float bl_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ float bl_to_float(__half x) { return __half2float(x); }
 template <typename T>
