@@ -44,10 +44,10 @@ struct dqrows_params {
 constexpr int DQR_THREADS = 128;
 constexpr int DQR_ROWS = 64;     // query rows per CTA: one row tile (BM)
 constexpr int DQR_KEYS = 64;     // keys per step
-// K / V ring depth. One (three CTAs per SM) ran up to 7 % faster than two (two CTAs per SM) at
-// 1-10 % kept in 13 of 15 calls timed, 2 % slower in one (bench/results/bwd-s27-dq-rows.txt,
-// runs 3-4): the CTAs' own steps overlap less, but a third CTA hides more of the latency-bound
-// loads. -DBL_DQR_STAGES=2 builds the other.
+// K / V ring depth. One (three CTAs per SM) against two (two CTAs per SM), 18 pairings of calls
+// at 1-10 % kept (bench/results/bwd-s27-dq-rows.txt, runs 3-4): faster in 14 (up to 7 %), 0.5-2 %
+// slower in 4 (16k causal at 1 and 3 % among them): the CTAs' own steps overlap less, but a
+// third CTA hides more of the latency-bound loads. -DBL_DQR_STAGES=2 builds the other.
 #ifndef BL_DQR_STAGES
 #define BL_DQR_STAGES 1
 #endif
