@@ -230,20 +230,18 @@ __global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(c
             bl_reg_fence(s);
             bl_reg_fence(dp);
             bl_wgmma_fence();
+            // acc (64 x 64) = A B^T over d, A and B 64-row tiles of two K-major panels; one group
+            auto product = [&](float (&acc)[NK * 4], uint32_t sA, uint32_t sB) {
 #pragma unroll
-            for (int kk = 0; kk < DQR_D / 16; ++kk) {
-                const uint32_t off = (kk / 4) * L::PANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                bl_wgmma_ss_n64<T, 0>(s, bl_wgmma_desc(s0 + L::Q + off, 16, BL_WGMMA_GROUP_BYTES),
-                                      bl_wgmma_desc(sK + off, 16, BL_WGMMA_GROUP_BYTES));
-            }
-            bl_wgmma_commit();
-#pragma unroll
-            for (int kk = 0; kk < DQR_D / 16; ++kk) {
-                const uint32_t off = (kk / 4) * L::PANEL + (kk % 4) * K16_BYTES_KMAJOR;
-                bl_wgmma_ss_n64<T, 0>(dp, bl_wgmma_desc(s0 + L::DO + off, 16, BL_WGMMA_GROUP_BYTES),
-                                      bl_wgmma_desc(sV + off, 16, BL_WGMMA_GROUP_BYTES));
-            }
-            bl_wgmma_commit();
+                for (int kk = 0; kk < DQR_D / 16; ++kk) {
+                    const uint32_t off = (kk / 4) * L::PANEL + (kk % 4) * K16_BYTES_KMAJOR;
+                    bl_wgmma_ss_n64<T, 0>(acc, bl_wgmma_desc(sA + off, 16, BL_WGMMA_GROUP_BYTES),
+                                          bl_wgmma_desc(sB + off, 16, BL_WGMMA_GROUP_BYTES));
+                }
+                bl_wgmma_commit();
+            };
+            product(s, s0 + L::Q, sK);
+            product(dp, s0 + L::DO, sV);
             bl_wgmma_wait<1>();  // S is done; dP may still run
             bl_reg_fence(s);
 
