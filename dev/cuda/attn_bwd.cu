@@ -114,7 +114,7 @@ struct Case {
     int pick;        // head dim 128, mask: the entries the device must pick (kPick*), or
                      //    kPickAny (the case fails when another kernel runs it)
 };
-enum { kPickAny = 0, kPickPacked = 1, kPickAligned = 2, kPickRows64 = 3, kPickDqRows = 4 };
+enum { kPickAny = 0, kPickPacked = 1, kPickAligned = 2, kPickRows64 = 3 };
 
 // A (B, S, H, D) tensor on the host: float values already rounded to the dtype, and its layout.
 struct HostT {
@@ -474,10 +474,7 @@ static int run_case(const Case &c) {
         bl_bwd_workspace_layout(bl_bwd_make_dims(&desc), ws, &w);
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
-        // the dq-rows path leaves totals that stand the 80-row kernels down (bwd_common.cuh)
-        const bool dq_rows = tot[1] >= bl_bwd_totals_standing_down(1);
-        pick = dq_rows                     ? " [dq rows]"
-               : bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
+        pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
                : !bl_bwd_rows80_chosen(tot) ? " [64 rows]"
                : c.causal || !bl_bwd_packed_chosen(tot) ? " [80 rows]"
                                                         : " [80 rows, packed]";
@@ -491,11 +488,10 @@ static int run_case(const Case &c) {
         const bool packed = !c.causal && bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) &&
                             bl_bwd_packed_chosen(tot);
         const bool aligned = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) && !packed;
-        const bool rows64 = !bl_bwd_rows80_chosen(tot) && !dq_rows;
+        const bool rows64 = !bl_bwd_rows80_chosen(tot);
         if (variant == BL_BWD_VARIANT_WGMMA && ((c.pick == kPickPacked && !packed) ||
                                                 (c.pick == kPickAligned && !aligned) ||
-                                                (c.pick == kPickRows64 && !rows64) ||
-                                                (c.pick == kPickDqRows && !dq_rows)))
+                                                (c.pick == kPickRows64 && !rows64)))
             ok = 0;
     }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
@@ -920,8 +916,6 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
         // version 10 storing row tiles of one entry, row tiles nobody keeps
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
-        // the dq-rows path, picked by the device (under 2 % of the tiles kept)
-        cases.push_back({1, 640, 1280, 2, 1, 128, 1, BF, 1, 0.005, 0, 0, 0, 0, kPickDqRows});
         // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
         // ceil(4 c / 5) x 79 < 64 c whatever the rounding
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
@@ -986,16 +980,9 @@ int main(int argc, char **argv) {
         cases.push_back({1, 900, 900, 4, 1, 128, 1, FP, 1, 0.1, 0, 0, 0, 0, kPickRows64});
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 1, 0, kPickRows64});
         cases.push_back({2, 300, 900, 3, 3, 128, 0, FP, 1, 0.08, 0, 1, 0, 0, kPickRows64});
-        // (4 % kept: above the dq-rows path's 2 %)
-        cases.push_back({1, 640, 128 * 20, 2, 1, 128, 0, BF, 1, 0.04, 0, 0, 0, 0, kPickRows64});
+        cases.push_back({1, 640, 128 * 20, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
         // ... and Tn = 130: nine lists CTAs, nine bytes of each row tile's count
-        cases.push_back({1, 320, 128 * 130, 2, 1, 128, 0, BF, 1, 0.04, 0, 0, 0, 0, kPickRows64});
-        // The dq-rows path where the device picks it (under 2 % of the tiles kept): GQA with Sq
-        // not a multiple of 64, causal and strided, a NaN row, and Tn = 130.
-        cases.push_back({1, 1000, 1500, 4, 2, 128, 0, BF, 1, 0.01, 0, 0, 0, 0, kPickDqRows});
-        cases.push_back({1, 1000, 1500, 4, 2, 128, 1, FP, 1, 0.01, 0, 1, 0, 0, kPickDqRows});
-        cases.push_back({1, 700, 1200, 2, 2, 128, 0, BF, 1, 0.005, 0, 0, 1, 0, kPickDqRows});
-        cases.push_back({1, 320, 128 * 130, 2, 1, 128, 0, BF, 1, 0.01, 0, 0, 0, 0, kPickDqRows});
+        cases.push_back({1, 320, 128 * 130, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
         // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
         // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal
         // (80 rows), selected. (They checked dev/cuda/wip/bwd-lazy-dq-zero.patch, whose zeroing

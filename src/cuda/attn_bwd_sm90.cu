@@ -163,7 +163,7 @@ template <typename T>
 bl_status launch_dqrows(const dqrows_params &rp, cudaStream_t stream) {
     const bl_bwd_dims &dm = rp.dm;
     const size_t smem = dqr_smem::bytes(dm.tiles_n);
-    if (smem > DQR_SMEM_MAX)
+    if (smem > 232448)
         return bl_set_error(BL_ERR_UNSUPPORTED, "dq-rows kernel: %lld key tiles need %zu bytes of "
                             "shared memory", (long long)dm.tiles_n, smem);
     BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_dqrows_kernel<T>,
@@ -308,27 +308,12 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
     const bool masked = tiles != NULL;
-    for (int i = 0; rows80 && masked && !d->causal && i < 3; ++i) {
-        const uint32_t box = (uint32_t)(R80_PACKED_BOX * (i + 1));
-        rows80 = bl_make_tensor_map(&p.tm_qp[i], q, dm.batch, dm.seqlen_q, dm.heads_q,
-                                    d->head_dim, box, bf16) &&
-                 bl_make_tensor_map(&p.tm_dop[i], dout, dm.batch, dm.seqlen_q, dm.heads_q,
-                                    d->head_dim, box, bf16);
-    }
-    // A masked call's aligned 80-row entries are list codes hl << 20 | m << 2 | bits
-    // (select_sm90.cu): calls too long or too grouped for that encoding keep version 10 alone.
-    if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
-    const bool forced = g_variant == BL_BWD_VARIANT_WS128_ROWS80;  // no choice: 80 rows, aligned
-    // The dq-rows path (bwd_dqrows_sm90.cuh: no dq accumulator, no preprocess; the dq-rows kernel
-    // writes dq and the Dlt / lse rows version 10 reads, then version 10 runs without its dQ):
-    // where the device picks the kernels of a masked call (bl_bwd_dq_rows_chosen on the entries
-    // the lists kernel counts), or always under the dev variant DQ_ROWS. It needs K / V maps of
-    // 64-key boxes and dq as a 16-bit tensor map.
-    const bool picked = rows80 && masked && !forced;  // the device chooses the main kernels
-    const bool dq_rows_variant = g_variant == BL_BWD_VARIANT_DQ_ROWS && d->head_dim == 128 && tma_kv;
+    // Dev variant DQ_ROWS (head dim 128 with TMA): no dq accumulator and no preprocess; the
+    // dq-rows kernel (dq, and the Dlt / lse rows version 10 reads; 64-key K / V boxes, dq as a
+    // 16-bit tensor map), then version 10 without its dQ.
     dqrows_params rp;
-    bool dq_rows_able = false;
-    if (picked || dq_rows_variant) {
+    bool dq_rows = false;
+    if (g_variant == BL_BWD_VARIANT_DQ_ROWS && d->head_dim == 128 && tma_kv) {
         const int64_t D = d->head_dim;
         rp.tm_q = p.tm_q;
         rp.tm_do = p.tm_do;
@@ -344,17 +329,21 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         rp.scale = d->scale;
         rp.scale_log2 = p.scale_log2;
         rp.causal = d->causal;
-        rp.kept = picked ? ws.dq_rows_kept : NULL;
-        dq_rows_able =
-            bl_make_tensor_map(&rp.tm_k, k, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
-            bl_make_tensor_map(&rp.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
-            bl_make_tensor_map(&rp.tm_dq, dq, dm.batch, dm.seqlen_q, dm.heads_q, D, DQR_ROWS, bf16) &&
-            dqr_smem::bytes(dm.tiles_n) <= DQR_SMEM_MAX;
+        dq_rows = bl_make_tensor_map(&rp.tm_k, k, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
+                  bl_make_tensor_map(&rp.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
+                  bl_make_tensor_map(&rp.tm_dq, dq, dm.batch, dm.seqlen_q, dm.heads_q, D, DQR_ROWS, bf16);
     }
-    const bool dq_rows = dq_rows_variant && dq_rows_able;  // forced: no choice
-    const bool dq_rows_pick = picked && dq_rows_able;      // the device's choice
-    if (!dq_rows_pick) ws.dq_rows_kept = NULL;
-    p.dq_rows_kept = ws.dq_rows_kept;
+    for (int i = 0; rows80 && masked && !d->causal && i < 3; ++i) {
+        const uint32_t box = (uint32_t)(R80_PACKED_BOX * (i + 1));
+        rows80 = bl_make_tensor_map(&p.tm_qp[i], q, dm.batch, dm.seqlen_q, dm.heads_q,
+                                    d->head_dim, box, bf16) &&
+                 bl_make_tensor_map(&p.tm_dop[i], dout, dm.batch, dm.seqlen_q, dm.heads_q,
+                                    d->head_dim, box, bf16);
+    }
+    // A masked call's aligned 80-row entries are list codes hl << 20 | m << 2 | bits
+    // (select_sm90.cu): calls too long or too grouped for that encoding keep version 10 alone.
+    if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
+    const bool forced = g_variant == BL_BWD_VARIANT_WS128_ROWS80;  // no choice: 80 rows, aligned
     bl_dq_layout layout = BL_DQ_ROWS;
     if (dq_rows)
         layout = BL_DQ_NONE;
@@ -376,12 +365,6 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (dq_rows) {
         // No preprocess: the dq-rows kernel writes the Dlt / lse rows that version 10 reads.
         BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
-    } else if (dq_rows_pick) {
-        // The lists kernel counts the entries into a zeroed word; the preprocess, its
-        // programmatic dependent, waits for it and returns where the dq-rows path is chosen.
-        BL_CUDA_CHECK(cudaMemsetAsync(ws.dq_rows_kept, 0, sizeof(unsigned long long), stream));
-        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
-        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     } else if (selecting) {
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
         BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
@@ -391,23 +374,13 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     }
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, &ws, stream));
     p.dq_writers = ws.dq_writers;
-    // The dq-rows kernel (which returns at once where the device keeps the fused path) before
-    // version 10 without dQ, which reads the Dlt / lse rows it writes.
-    if (dq_rows || dq_rows_pick)
+    if (dq_rows)
         BL_TRY(bf16 ? launch_dqrows<__nv_bfloat16>(rp, stream) : launch_dqrows<__half>(rp, stream));
 
-    if (picked) {
+    if (rows80 && masked && !forced) {
+        // The 64-row kernel first: the 80-row ones follow as programmatic dependents.
         p.totals = ws.totals;
         bool perm = false;
-        if (dq_rows_pick) {
-            // version 10 without dQ: returns at once unless the dq-rows path is chosen
-            const bl_status st0 =
-                bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, true)
-                     : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, true);
-            if (st0 != BL_OK) return st0;
-            if (!perm) return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: 64-row kernel without TMA");
-        }
-        // The 64-row kernel with dQ next: the 80-row ones follow as programmatic dependents.
         const bl_status st =
             bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm)
                  : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm);

@@ -63,10 +63,6 @@ struct bl_bwd_workspace {
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
     int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, its count80, 0}; the last {-1, 0, 0, 0}
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
-    // The call's list entries (kept (q head, row tile, key tile) triples), summed by the lists
-    // kernel into a word the host zeroes first, where the device may pick the dq-rows path
-    // (bl_bwd_dq_rows_chosen); NULL (the host sets it so) elsewhere.
-    unsigned long long *dq_rows_kept;
 };
 
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
@@ -128,27 +124,6 @@ __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *
 // full, else the masked one) rather than on version 10's 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals) {
     return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals);
-}
-
-// The dq-rows path (bwd_dqrows_sm90.cuh: dQ by row tiles beside version 10 without its dQ, no
-// preprocess, no dq accumulator) for a masked head-dim-128 call that keeps under 1 /
-// BL_DQ_ROWS_KEPT_INV of its tiles: at 1 % kept it measured -9 % (non-causal) / -18 % (causal)
-// at 16k x 16 and -10 % at 32k x 24 causal, at 3-4 % kept without a causal mask +5..8 %
-// (bench/results/bwd-s27-dq-rows.txt). Counting against all B Hq Tm Tn tiles, causal calls
-// switch near 4 % of their allowed ones, where the 16k causal calls still gained 3 %.
-enum { BL_DQ_ROWS_KEPT_INV = 50 };
-__host__ __device__ inline bool bl_bwd_dq_rows_chosen(unsigned long long kept, const bl_bwd_dims &dm) {
-    return kept * BL_DQ_ROWS_KEPT_INV <
-           (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m * dm.tiles_n);
-}
-// What the preprocess leaves in ws->totals when the dq-rows path is chosen, before the schedule
-// kernel adds the call's real sums: the 80-row kernels read bl_bwd_rows80_chosen and its parts
-// on them, and with these every one of them stands down (not full: totals[2] > 0; aligned and
-// packed 80-row entries both dearer than any 64-row count: totals[1], totals[3] ~2^50, and
-// packed not below aligned). Version 10 with dQ and the postprocess check the choice itself.
-__host__ __device__ inline unsigned long long bl_bwd_totals_standing_down(int i) {
-    const unsigned long long big = 1ull << 50;
-    return i == 0 ? 0ull : i == 2 ? 1ull : big;
 }
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
@@ -223,14 +198,10 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 // the programmatic dependent of the kernel right before it (the selection or the lists kernel),
 // beside which it runs: it touches nothing that kernel reads or writes, and waits for it before
 // it completes.
-// Where ws->dq_rows_kept is set it is launched behind the lists kernel instead, waits for it first
-// and returns when the dq-rows path is chosen (leaving bl_bwd_totals_standing_down in
-// ws->totals): that path does its part itself.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
-// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`; nothing where
-// ws->dq_rows_kept is set and the dq-rows path is chosen.
+// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`.
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
                                     bl_dq_layout layout, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream);

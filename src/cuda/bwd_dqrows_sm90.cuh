@@ -39,9 +39,6 @@ struct dqrows_params {
     bl_bwd_dims dm;
     float scale, scale_log2;
     int causal;
-    // bl_bwd_workspace::dq_rows_kept where the device picks this path (the kernel returns unless
-    // bl_bwd_dq_rows_chosen); NULL: it runs (dev variant DQ_ROWS).
-    const unsigned long long *kept;
 };
 
 constexpr int DQR_THREADS = 128;
@@ -74,7 +71,6 @@ struct dqr_smem {
     // The kernel's dynamic shared memory for Tn key tiles (two steps each at most).
     static size_t bytes(int64_t tiles_n) { return LIST + 2 * tiles_n * sizeof(int) + BASE_ALIGN; }
 };
-constexpr size_t DQR_SMEM_MAX = 232448;  // 227 KB: the most a CTA may have on sm_90
 
 // The steps of row tile (b, h, m): step j covers keys 64 list[j] ..; built in order by all 128
 // threads. Returns the count.
@@ -130,7 +126,6 @@ __device__ __forceinline__ void dqr_load_kv(const dqrows_params &p, uint32_t sK,
 
 template <typename T>
 __global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(const __grid_constant__ dqrows_params p) {
-    if (p.kept != nullptr && !bl_bwd_dq_rows_chosen(*p.kept, p.dm)) return;
     using L = dqr_smem;
     constexpr int NK = DQR_KEYS / 8;  // n8 tiles of keys (S, dP): 8
     extern __shared__ __align__(16) unsigned char smem_raw[];

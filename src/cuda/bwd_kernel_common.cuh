@@ -58,9 +58,6 @@ struct bwd_params {
     // shift changed ptxas's schedule of the causal 80-row kernel (+1.2 % under ncu,
     // bench/results/bwd-s26-dq-writers.txt).
     const uint8_t *dq_writers;
-    // bl_bwd_workspace::dq_rows_kept where the device may pick the dq-rows path: version 10 with
-    // dQ returns where it does, version 10 without dQ where it does not. NULL: no choice.
-    const unsigned long long *dq_rows_kept;
 };
 
 }  // namespace bl_bwd

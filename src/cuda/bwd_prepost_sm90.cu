@@ -80,7 +80,6 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
     size_t o_next = ws_take(&off, sizeof(int));
     size_t o_unkept = ws_take(&off, 2 * BL_BWD_TM_DENSE * sizeof(float));
-    size_t o_kept = ws_take(&off, sizeof(unsigned long long));
     if (base && ws) {
         char *p = (char *)base;
         ws->dq_accum = (float *)(p + o_dq);
@@ -97,7 +96,6 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
         ws->dq_writers = (uint8_t *)(p + o_writers);
-        ws->dq_rows_kept = (unsigned long long *)(p + o_kept);
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }
@@ -152,21 +150,9 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          const float *__restrict__ lse, float *__restrict__ dlt,
                          float *__restrict__ lse_log2, float *__restrict__ dq_accum,
                          int64_t zero_rows, unsigned long long *__restrict__ totals,
-                         float *__restrict__ unkept_rows,
-                         const unsigned long long *__restrict__ dq_rows_kept) {
+                         float *__restrict__ unkept_rows) {
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
-    // Behind the lists kernel where the device may pick the dq-rows path: its total first
-    // (waiting here measured level with running beside it, bench/results/bwd-s27-dq-rows.txt
-    // run 6); that path needs nothing from this kernel but totals that stand the 80-row
-    // kernels down.
-    if (dq_rows_kept != nullptr) {
-        griddep_wait();
-        if (bl_bwd_dq_rows_chosen(*dq_rows_kept, dm)) {
-            if (totals && tid < BL_BWD_TOTALS) totals[tid] = bl_bwd_totals_standing_down((int)tid);
-            return;
-        }
-    }
     const int64_t row = tid / TPR;
     const int part = (int)(tid % TPR);
     const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
@@ -363,12 +349,9 @@ __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
                                  const uint8_t *__restrict__ dq_writers,
-                                 const unsigned long long *__restrict__ dq_rows_kept,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
-    // the dq-rows kernel wrote dq (bl_bwd_dq_rows_chosen)
-    if (dq_rows_kept != nullptr && bl_bwd_dq_rows_chosen(*dq_rows_kept, dm)) return;
     if (!PACKED) {
         if (bl_bwd_rows80_chosen(totals))
             postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
@@ -406,7 +389,7 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                             (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
                             layout == BL_DQ_ROWS ? (unsigned long long *)NULL : ws->totals,
-                            ws->unkept_rows, (const unsigned long long *)ws->dq_rows_kept));
+                            ws->unkept_rows));
     return BL_OK;
 }
 
@@ -436,8 +419,7 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
                              : bl_bwd_postprocess_picked_kernel<T, false>;
         // ws->dq_writers: the entries of each row tile (NULL unless bl_bwd_dq_writers_used)
         kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(dm, scale, ws->dq_accum, ws->totals,
-                                                          ws->dq_writers, ws->dq_rows_kept,
-                                                          (uint16_t *)dq.data,
+                                                          ws->dq_writers, (uint16_t *)dq.data,
                                                           dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_picked_kernel");
         return BL_OK;

@@ -253,9 +253,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         griddep_launch_dependents();
         if (bl_bwd_rows80_chosen(p.totals)) return;
     }
-    // Both versions are launched where the device picks between the dq-rows path and the fused one.
-    if (p.dq_rows_kept != nullptr && bl_bwd_dq_rows_chosen(*p.dq_rows_kept, p.dm) == WITH_DQ)
-        return;
     constexpr int D = 128;
     using L = wg_smem<D>;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8

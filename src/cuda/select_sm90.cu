@@ -424,8 +424,6 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 // counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh); their
 // totals are summed by the window schedule kernel. dq_writers (B, Hq, Tm, BL_BWD_WRITER_RUNS),
 // unless NULL: each row tile's entries in this CTA's byte (bl_bwd_workspace::dq_writers).
-// kept_total, unless NULL: the CTA's entries added into it (zeroed by the host beforehand), once
-// per CTA (bl_bwd_workspace::dq_rows_kept).
 // A CTA takes key tiles n0 .. n0 + cols - 1 (cols <= cols_per_cta <= 32) of one (b, kv head g).
 // Its entries e = hl * Tm + m are the mask rows (b, g * G + hl, m), consecutive in memory.
 // Phase 1: each warp reads 32 entries' rows (lane l: entry 32 k + l, `cols` bytes, one sector)
@@ -438,10 +436,8 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 __global__ void __launch_bounds__(LIST_THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80, uint8_t *__restrict__ dq_writers,
-                   unsigned long long *__restrict__ kept_total) {
+                   int *__restrict__ lists80, uint8_t *__restrict__ dq_writers) {
     extern __shared__ unsigned col_bits[];
-    __shared__ unsigned long long cta_kept;
     // Where the backward's preprocess follows as a programmatic dependent (bl_cuda_backward),
     // it runs beside this kernel (it touches nothing this one reads or writes).
     griddep_launch_dependents();
@@ -459,7 +455,6 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
     const unsigned all = cols == 32 ? 0xffffffffu : (1u << cols) - 1u;
     // (b, g * G, m = 0)'s row: the G * Tm rows of (b, g) follow it
     const uint8_t *rows = mask ? mask + bg * dm.group * dm.tiles_m * dm.tiles_n + n0 : nullptr;
-    if (threadIdx.x == 0) cta_kept = 0;  // published by the barrier between the phases
     for (int k = warp; k < words; k += LIST_WARPS) {
         const int e = 32 * k + lane;
         unsigned kept = 0;
@@ -534,12 +529,7 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
         if (lane == 0) {
             counts[col] = count;
             if (lists80) counts80[col] = count80;
-            if (kept_total) atomicAdd(&cta_kept, (unsigned long long)count);
         }
-    }
-    if (kept_total) {
-        __syncthreads();
-        if (threadIdx.x == 0) atomicAdd(kept_total, cta_kept);
     }
 }
 
@@ -725,7 +715,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             (long long)dm.tiles_n);
     bl_bwd_list_kernel<<<(unsigned)ctas, LIST_THREADS, bits_bytes, stream>>>(
         dm, causal, mask, per, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
-        rows80 ? ws->lists80 : NULL, ws->dq_writers, ws->dq_rows_kept);
+        rows80 ? ws->lists80 : NULL, ws->dq_writers);
     BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
     return BL_OK;
 }
