@@ -58,7 +58,8 @@ struct r80_smem {
                                                       // while entry it's dQ^T still reads
     static constexpr uint32_t DQS = DS + 2 * DS_TILE;  // dQ^T, then each column's dK and dV
     static constexpr uint32_t ROWS = DQS + DQ_BYTES;  // fp32 lse_log2[2][BM80], dlt[2][BM80]
-    static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);  // int [2]: row tile m
+    // int [4]: each buffer's entry's row tile m, then (without a causal mask) its key limit
+    static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);
     static constexpr uint32_t BARS = ENTRY + 16;
     static constexpr uint32_t USED = BARS + ws_bars::BYTES;
     static constexpr uint32_t BASE_ALIGN = 1024;
@@ -316,7 +317,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     const uint32_t s0 = bl_smem_addr(smem_base);
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
-    int *s_entry = reinterpret_cast<int *>(smem_base + L::ENTRY);  // [2]: the entries' row tiles
+    int *s_entry = reinterpret_cast<int *>(smem_base + L::ENTRY);  // [4]: r80_smem::ENTRY
 
     const bl_bwd_dims &dm = p.dm;
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
@@ -340,6 +341,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                                   : packed ? bl_bwd_packed_count(cl.count)
                                            : (int)dm.group * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
+                // the column's keys before Sk, handed to the consumers with each entry (see P^T)
+                const int64_t key_room = dm.seqlen_k - cl.n * BN;
+                const int key_limit = key_room < BN ? (int)key_room : BN;
                 // A masked call's entries are read one ahead: the load's latency then overlaps
                 // the waits instead of delaying the TMA issue.
                 int code_next = aligned && count > 0 ? list[0] : 0;
@@ -353,6 +357,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     r80_packed_entry e;
                     if (packed) e = r80_packed(p, cl, it);  // (its list loads before the wait)
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                    if (!CAUSAL) s_entry[2 + buf] = key_limit;  // released by the FULL arrive
                     if (packed)
                         r80_tma_packed(p, s0, buf, cl.b, e);
                     else
@@ -428,14 +433,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                           : packed ? bl_bwd_packed_count(cl.count)
                                    : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(dm, cl.n));
         const int64_t key0 = cl.n * BN;
-        const int64_t key_room = dm.seqlen_k - key0;
-        // This thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist: a select per P
-        // element instead of a branch per n8 tile, against a 32-bit limit (compared with the
-        // 64-bit key_room, ptxas kept both halves and spilled them across the entry loop, whose
-        // fences then waited for the reloads: 2-4 % of the dense call,
-        // bench/results/bwd-s14-rows80.txt, run 11).
-        const int key_limit = key_room < BN ? (int)key_room : BN;
-        const bool key_ok0 = kw + lg < key_limit, key_ok1 = kw + lg + 8 < key_limit;
         // CAUSAL: query 80m + ir sees key key0 + jr where jr - ir <= 80m + causal_base.
         const int causal_base = (int)(dm.seqlen_k - dm.seqlen_q - key0);
 
@@ -505,7 +502,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             // ---- P^T = exp2(S^T scale log2e - lse log2e), 0 where a mask drops the pair (an
             // unkept 64-row tile's rows have lse = +inf: r80_tma_row_tile) ----
             if constexpr (!CAUSAL) {
-                // keys past Sk
+                // Keys past Sk: this thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist
+                // below the column's key limit. A select per P element instead of a branch per n8
+                // tile, against a 32-bit limit (compared with a 64-bit one, ptxas kept both halves
+                // and spilled them across the entry loop, whose fences then waited for the
+                // reloads: 2-4 % of the dense call, bench/results/bwd-s14-rows80.txt, run 11). The
+                // limit comes from the producer with each entry (s_entry[2 + buf]): held in a
+                // register across the entry loop, ptxas spilled it to local memory once per entry.
+                const int key_limit = s_entry[2 + buf];
+                const bool key_ok0 = kw + lg < key_limit, key_ok1 = kw + lg + 8 < key_limit;
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) {
                     const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
