@@ -511,13 +511,39 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 // register across the entry loop, ptxas spilled it to local memory once per entry.
                 const int key_limit = s_entry[2 + buf];
                 const bool key_ok0 = kw + lg < key_limit, key_ok1 = kw + lg + 8 < key_limit;
+                // Two forms of the same select, by what ptxas makes of each (ncu, locked clocks,
+                // bench/results/bwd-s28-r80-key-limit.txt run 7): written as one expression,
+                // key_ok ? exp2f(fmaf(..)) : 0, it predicates each element's FFMA and MUFU and
+                // reloads the scale from the constant bank under the predicate (40 LDC per entry),
+                // which the dense walk runs 1-1.6 % faster with; the FFMA first and only the
+                // exponential selected (no LDC, 38-51 fewer instructions per entry) makes the
+                // aligned and packed walks 1.9-2.5 % faster.
+                if constexpr (ENTRIES == R80_DENSE) {
 #pragma unroll
-                for (int t = 0; t < NQ; ++t) {
-                    const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
-                    s[4 * t + 0] = key_ok0 ? exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x)) : 0.0f;
-                    s[4 * t + 1] = key_ok0 ? exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y)) : 0.0f;
-                    s[4 * t + 2] = key_ok1 ? exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x)) : 0.0f;
-                    s[4 * t + 3] = key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
+                    for (int t = 0; t < NQ; ++t) {
+                        const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
+                        s[4 * t + 0] =
+                            key_ok0 ? exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x)) : 0.0f;
+                        s[4 * t + 1] =
+                            key_ok0 ? exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y)) : 0.0f;
+                        s[4 * t + 2] =
+                            key_ok1 ? exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x)) : 0.0f;
+                        s[4 * t + 3] =
+                            key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
+                    }
+                } else {
+#pragma unroll
+                    for (int t = 0; t < NQ; ++t) {
+                        const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
+                        float x[4];
+                        x[0] = fmaf(s[4 * t + 0], p.scale_log2, -l.x);
+                        x[1] = fmaf(s[4 * t + 1], p.scale_log2, -l.y);
+                        x[2] = fmaf(s[4 * t + 2], p.scale_log2, -l.x);
+                        x[3] = fmaf(s[4 * t + 3], p.scale_log2, -l.y);
+#pragma unroll
+                        for (int c = 0; c < 4; ++c)
+                            s[4 * t + c] = (c < 2 ? key_ok0 : key_ok1) ? exp2f(x[c]) : 0.0f;
+                    }
                 }
             } else {
                 // Key j of query i is kept where j <= i + Sk - Sq; that also drops keys past Sk
