@@ -1,0 +1,112 @@
+"""sass_loops.py -- what the hot loops of each kernel in a cubin execute, from its SASS.
+
+Usage (repository root; nvdisasm on PATH, e.g. from `pip install nvidia-cuda-nvdisasm`):
+  nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math \
+       --expt-relaxed-constexpr -I include -I src -I src/cuda -cubin src/cuda/attn_bwd_sm90.cu -o bwd.cubin
+  python3 dev/cuda/sass_loops.py bwd.cubin [NAME_SUBSTRING]
+
+For every kernel (optionally only those whose mangled name contains NAME_SUBSTRING) it prints
+  - the innermost loops (a backward branch and its target) that hold HGMMA instructions, with
+    their instruction count and how many of them are LDC (constant-bank reloads), STL / LDL
+    (local memory: spills) and MUFU;
+  - for warp-specialized kernels (setmaxnreg), the spills between the consumers' register
+    increase and the producer's decrease, with the source line ptxas attributes each to.
+How the twenty-sixth session found the 80-row kernels' per-entry spill and their 40 constant
+reloads per entry (bench/notes-bwd.md).
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+
+INSTR = re.compile(r"/\*([0-9a-f]{4,6})\*/\s*(.*?)\s*;")
+LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+SECTION = re.compile(r"^\s*\.text\.(\S+):")
+BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
+
+
+def disassemble(cubin):
+    tool = os.environ.get("NVDISASM", "nvdisasm")
+    return subprocess.run([tool, "-g", cubin], check=True, capture_output=True, text=True).stdout
+
+
+def parse(sass):
+    """{kernel: (instructions [(address, text, (file, line))], labels {name: address})}"""
+    kernels, name, where, pending = {}, None, None, []
+    for line in sass.splitlines():
+        m = SECTION.match(line)
+        if m:
+            name, pending = m.group(1), []
+            kernels[name] = ([], {})
+            continue
+        if name is None:
+            continue
+        m = LINE.search(line)
+        if m:
+            where = (os.path.basename(m.group(1)), int(m.group(2)))
+        m = LABEL.match(line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = INSTR.search(line)
+        if m:
+            address = int(m.group(1), 16)
+            for label in pending:
+                kernels[name][1][label] = address
+            pending = []
+            kernels[name][0].append((address, m.group(2), where))
+    return kernels
+
+
+def opcode(text):
+    """The mnemonic without its predicate and modifiers: '@!P0 LDC.64 R2, ...' -> 'LDC'."""
+    return re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0].split(".")[0]
+
+
+def hot_loops(instrs, labels):
+    # Past the last EXIT ptxas puts the out-of-line blocks (mbarrier try-wait retries), whose
+    # branches back into the body are not loops.
+    body_end = max((a for a, t, _ in instrs if opcode(t) == "EXIT"), default=instrs[-1][0])
+    loops = []
+    for address, text, _ in instrs:
+        m = BRANCH.search(text)
+        if m and address <= body_end and labels.get(m.group(1), address) < address:
+            loops.append((labels[m.group(1)], address))
+    with_mma = [(s, e) for s, e in loops
+                if any(s <= a <= e and opcode(t) == "HGMMA" for a, t, _ in instrs)]
+    # innermost: no other such loop strictly inside it
+    return sorted((s, e) for s, e in with_mma
+                  if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in with_mma))
+
+
+def report(name, instrs, labels):
+    print(name)
+    for s, e in hot_loops(instrs, labels):
+        ops = collections.Counter(opcode(t) for a, t, _ in instrs if s <= a <= e)
+        print(f"  loop [{s:#x}, {e:#x}]: {sum(ops.values())} instructions, HGMMA {ops['HGMMA']}, "
+              f"LDC {ops['LDC']}, STL {ops['STL']}, LDL {ops['LDL']}, MUFU {ops['MUFU']}")
+    inc = [a for a, t, _ in instrs if "USETMAXREG" in t and "TRY_ALLOC" in t]
+    dec = [a for a, t, _ in instrs if "USETMAXREG" in t and "DEALLOC" in t]
+    if inc:
+        lo = inc[0]
+        hi = min([a for a in dec if a > lo], default=instrs[-1][0] + 1)
+        spills = [(a, t, w) for a, t, w in instrs if lo < a < hi and opcode(t) in ("STL", "LDL")]
+        print(f"  consumer code [{lo:#x}, {hi:#x}): {len(spills)} spill instructions")
+        for a, t, w in spills:
+            text = t.split(" (")[0].rstrip()
+            print(f"    {a:#x} {text}  ({w[0]}:{w[1]})" if w else f"    {a:#x} {text}")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    only = sys.argv[2] if len(sys.argv) > 2 else ""
+    for name, (instrs, labels) in parse(disassemble(sys.argv[1])).items():
+        if only in name and instrs:
+            report(name, instrs, labels)
+
+
+if __name__ == "__main__":
+    main()
