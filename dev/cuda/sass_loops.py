@@ -1,8 +1,12 @@
 """sass_loops.py -- what the hot loops of each kernel in a cubin execute, from its SASS.
 
-Usage (repository root; nvdisasm on PATH, e.g. from `pip install nvidia-cuda-nvdisasm`):
+Usage (repository root; nvdisasm, and for a library cuobjdump, on PATH or in the CUDA toolkit --
+where the toolkit lacks them: `pip install nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump`):
+  python3 dev/cuda/sass_loops.py build/libbacklite.so [NAME_SUBSTRING]
+or on one file's cubin:
   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math \
-       --expt-relaxed-constexpr -I include -I src -I src/cuda -cubin src/cuda/attn_bwd_sm90.cu -o bwd.cubin
+       --expt-relaxed-constexpr -I include -I src -I src/cuda -cubin src/cuda/attn_bwd_sm90.cu \
+       -o bwd.cubin
   python3 dev/cuda/sass_loops.py bwd.cubin [NAME_SUBSTRING]
 
 For every kernel (optionally only those whose mangled name contains NAME_SUBSTRING) it prints
@@ -12,13 +16,15 @@ For every kernel (optionally only those whose mangled name contains NAME_SUBSTRI
   - for warp-specialized kernels (setmaxnreg), the spills between the consumers' register
     increase and the producer's decrease, with the source line ptxas attributes each to.
 How the twenty-sixth session found the 80-row kernels' per-entry spill and their 40 constant
-reloads per entry (bench/notes-bwd.md).
+reloads per entry (bench/notes-bwd.md); tests/gpu/test_gpu_sass.py holds the library to it.
 """
 import collections
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 INSTR = re.compile(r"/\*([0-9a-f]{4,6})\*/\s*(.*?)\s*;")
 LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
@@ -27,9 +33,37 @@ SECTION = re.compile(r"^\s*\.text\.(\S+):")
 BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
 
 
-def disassemble(cubin):
-    tool = os.environ.get("NVDISASM", "nvdisasm")
+def find_tool(name):
+    """A CUDA binary tool on PATH, else in $CUDA_HOME/bin or /usr/local/cuda/bin, else from its
+    PyPI package (nvidia-cuda-cuobjdump / -nvdisasm: nvidia/cu*/bin); None if absent."""
+    found = shutil.which(name)
+    if found:
+        return found
+    places = [os.path.join(root, "bin") for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
+              if root]
+    try:
+        import nvidia  # the namespace package of NVIDIA's PyPI wheels
+        places += [os.path.join(base, sub, "bin") for base in nvidia.__path__
+                   for sub in sorted(os.listdir(base))]
+    except ImportError:
+        pass
+    for place in places:
+        if os.access(os.path.join(place, name), os.X_OK):
+            return os.path.join(place, name)
+    return None
+
+
+def disassemble(cubin, nvdisasm=None):
+    tool = nvdisasm or os.environ.get("NVDISASM") or find_tool("nvdisasm") or "nvdisasm"
     return subprocess.run([tool, "-g", cubin], check=True, capture_output=True, text=True).stdout
+
+
+def extract_cubins(binary, workdir, cuobjdump=None):
+    """The cubins inside a host binary (a .so or .o built with nvcc), written into workdir."""
+    tool = cuobjdump or find_tool("cuobjdump") or "cuobjdump"
+    subprocess.run([tool, "-xelf", "all", os.path.abspath(binary)], cwd=workdir,
+                   capture_output=True, text=True)
+    return sorted(os.path.join(workdir, f) for f in os.listdir(workdir) if f.endswith(".cubin"))
 
 
 def parse(sass):
@@ -103,9 +137,13 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     only = sys.argv[2] if len(sys.argv) > 2 else ""
-    for name, (instrs, labels) in parse(disassemble(sys.argv[1])).items():
-        if only in name and instrs:
-            report(name, instrs, labels)
+    with tempfile.TemporaryDirectory() as work:
+        cubins = ([sys.argv[1]] if sys.argv[1].endswith(".cubin")
+                  else extract_cubins(sys.argv[1], work))
+        for cubin in cubins:
+            for name, (instrs, labels) in parse(disassemble(cubin)).items():
+                if only in name and instrs:
+                    report(name, instrs, labels)
 
 
 if __name__ == "__main__":
