@@ -100,6 +100,8 @@ def opcode(text):
 
 
 def hot_loops(instrs, labels):
+    if not instrs:
+        return []
     # Past the last EXIT ptxas puts the out-of-line blocks (mbarrier try-wait retries), whose
     # branches back into the body are not loops.
     body_end = max((a for a, t, _ in instrs if opcode(t) == "EXIT"), default=instrs[-1][0])
