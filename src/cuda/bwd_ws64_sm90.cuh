@@ -1,9 +1,10 @@
 // bwd_ws64_sm90.cuh -- backward main kernel version 6, head dim 64: the paired kernel's math
 // (bwd_wgmma64p_sm90.cuh, two list entries per iteration) with a producer warpgroup, as versions
 // 8 / 9 do at head dim 128 (bwd_ws128_sm90.cuh), and its two consumer warpgroups out of step:
-//   warpgroup 0, producer (24 registers): thread 0 loads each pair with TMA into a two-buffer ring
-//     (FULL / EMPTY mbarriers); thread 32 issues the dQ reduce-adds of each consumer warpgroup's
-//     staged block (DQFULL / DQEMPTY per warpgroup; one staging buffer per warp).
+//   warpgroup 0, producer (24 registers): thread 0 loads the column's K / V (KV mbarrier) and
+//     each pair with TMA into a two-buffer ring (FULL / EMPTY mbarriers); thread 32 issues the
+//     dQ reduce-adds of each consumer warpgroup's staged block (DQFULL / DQEMPTY per warpgroup;
+//     one staging buffer per warp).
 //   warpgroups 1 and 2, consumers (240 registers): per pair S^T, dP^T, the exponentials and dS,
 //     then dV, dK and the previous pair's dQ. The warpgroups take turns to issue their products
 //     (named barriers WS64_TURN0 + wg: warpgroup 0's S^T / dP^T, then 1's, then 0's dV / dK,
@@ -30,7 +31,8 @@ constexpr int WS64_TURN0 = 3;
 struct ws64_bars {
     static constexpr uint32_t DSFULL = ws_bars::KVFULL;        // [2] a pair's dS, all 256 threads
     static constexpr uint32_t DSEMPTY = DSFULL + 16;           // [2] read by both dQ products
-    static_assert(DSEMPTY + 16 <= ws_bars::BYTES, "inside the mbarrier area");
+    static constexpr uint32_t KV = DSEMPTY + 16;               // the column's K / V landed (TMA)
+    static_assert(KV + 8 <= ws_bars::BYTES, "inside the mbarrier area");
 };
 
 template <typename T>
@@ -50,11 +52,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
 
     const bl_bwd_dims &dm = p.dm;
-    const int64_t col = p.schedule[blockIdx.x];
+    // The column and its entry count in one load (the schedule's record): at 1 % kept a column's
+    // start -- this load, the count, the list, then the first TMA -- was ~15 % of the kernel's
+    // warp time (bench/results/bwd-s29-d64-fixed-costs.txt run 3).
+    const int4 rec = p.sched_rec[blockIdx.x];
+    const int64_t col = rec.x;
     const int64_t n = col % dm.tiles_n;
     const int64_t g = (col / dm.tiles_n) % dm.heads_k;
     const int64_t b = col / (dm.tiles_n * dm.heads_k);
-    const int count = p.counts[col];
+    const int count = rec.y;
     const int pairs = (count + 1) / 2;
     const int *list = p.lists + col * (dm.group * dm.tiles_m);
 
@@ -67,6 +73,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
             mbarrier_init(bars + ws64_bars::DSFULL + 8 * i, THREADS);
             mbarrier_init(bars + ws64_bars::DSEMPTY + 8 * i, THREADS);
         }
+        mbarrier_init(bars + ws64_bars::KV, 1);
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -75,8 +82,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         // ---- producer warpgroup ----
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
-            // Pair it into buffer it & 1 once pair it-2 has been read (the first wait on each
-            // EMPTY passes at once).
+            // The column's K / V first (it needs only the record), then pair it into buffer
+            // it & 1 once pair it-2 has been read (the first wait on each EMPTY passes at once).
+            if (count > 0) ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws64_bars::KV, b, g, n * BN);
             for (int it = 0; it < pairs; ++it) {
                 const int buf = it & 1;
                 mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(it >> 1) & 1u) ^ 1u);
@@ -132,11 +140,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
 
     if (count > 0) {
-        load_kv_tile<T, D>(p, s0 + L::K, s0 + L::V, b, g, key0, ct);
-        bl_cp_async_commit();
-        bl_cp_async_wait<0>();
-        bl_fence_proxy_async();  // cp.async wrote what wgmma reads
-        named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);  // every dQ reads both key halves of K
+        mbarrier_wait(bars + ws64_bars::KV, 0u);  // K / V by TMA (the producer)
         if (wg == 1) named_barrier_arrive(WS64_TURN0, THREADS);  // warpgroup 0 issues first
     }
 
