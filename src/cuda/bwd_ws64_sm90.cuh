@@ -27,7 +27,8 @@ static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws_bars::BYTES, "room for th
 constexpr int WS64_TURN0 = 3;
 
 // This kernel's mbarriers: ws_bars' FULL / EMPTY; DQFULL / DQEMPTY one per consumer warpgroup
-// (index wg); and the dS ring, in ws_bars' slots that only the persistent kernels use.
+// (index wg); and the dS ring and the column's K / V, in ws_bars' slots that only the persistent
+// kernels use.
 struct ws64_bars {
     static constexpr uint32_t DSFULL = ws_bars::KVFULL;        // [2] a pair's dS, all 256 threads
     static constexpr uint32_t DSEMPTY = DSFULL + 16;           // [2] read by both dQ products
@@ -53,8 +54,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
 
     const bl_bwd_dims &dm = p.dm;
     // The column and its entry count in one load (the schedule's record): at 1 % kept a column's
-    // start -- this load, the count, the list, then the first TMA -- was ~15 % of the kernel's
-    // warp time (bench/results/bwd-s29-d64-fixed-costs.txt run 3).
+    // start and first loads -- then the schedule, the count, the list, the TMA and the K / V
+    // cp.async of 256 threads -- were about a quarter of the kernel's warp time
+    // (bench/results/bwd-s29-d64-fixed-costs.txt runs 3 and 5).
     const int4 rec = p.sched_rec[blockIdx.x];
     const int64_t col = rec.x;
     const int64_t n = col % dm.tiles_n;
@@ -84,7 +86,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         if (threadIdx.x == 0) {
             // The column's K / V first (it needs only the record), then pair it into buffer
             // it & 1 once pair it-2 has been read (the first wait on each EMPTY passes at once).
-            if (count > 0) ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws64_bars::KV, b, g, n * BN);
+            if (count > 0)
+                ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws64_bars::KV, b, g, n * BN);
             for (int it = 0; it < pairs; ++it) {
                 const int buf = it & 1;
                 mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(it >> 1) & 1u) ^ 1u);
