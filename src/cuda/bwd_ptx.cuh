@@ -171,6 +171,15 @@ static __device__ __forceinline__ void bl_reg_fence(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// Gives an accumulator's registers a value without an instruction, for a product whose first
+// wgmma does not read them (acc = 0 above). Zeroing them instead cost one move per register in
+// the hot loops: ptxas folded some zeroed accumulators into their first product and copied the
+// zeros of others from one zero register (e.g. 40 IMAD.MOV per entry for the 80-row kernel's dQ^T).
+template <int N>
+static __device__ __forceinline__ void bl_acc_overwritten(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "=f"(r[i]));
+}
 template <int N>
 static __device__ __forceinline__ void bl_reg_fence(uint32_t (&r)[N][4]) {
 #pragma unroll
@@ -207,23 +216,26 @@ static __device__ __forceinline__ void bl_reg_fence(uint32_t (&r)[N][4]) {
                  "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " " REGS           \
                  ", %" #IA ", %" #IB ", p, 1, 1, " #TA ", " #TB ";\n}\n"                     \
                  : ACC(d)                                                                     \
-                 : "l"(da), "l"(db), "r"(1))
-// d[32] += A(smem, K-major) * B(smem; K-major when TRANS_B == 0, MN-major when 1); m64n64k16.
+                 : "l"(da), "l"(db), "r"(acc))
+// d[32] = A(smem, K-major) * B(smem; K-major when TRANS_B == 0, MN-major when 1) + (acc ? d : 0);
+// m64n64k16. acc = 0 (wgmma's scale-d false) starts a product without zeroing d first.
 template <typename T, int TRANS_B>
-static __device__ __forceinline__ void bl_wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db);
-// d[40] += A(smem; K-major when TRANS_A == 0, MN-major when 1) * B(smem, K-major); m64n80k16:
-// the 80-row kernel's products over its query rows (bwd_ws128r80_sm90.cuh).
+static __device__ __forceinline__ void bl_wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db,
+                                                       int acc = 1);
+// d[40] = A(smem; K-major when TRANS_A == 0, MN-major when 1) * B(smem, K-major) + (acc ? d : 0);
+// m64n80k16: the 80-row kernel's products over its query rows (bwd_ws128r80_sm90.cuh).
 template <typename T, int TRANS_A>
-static __device__ __forceinline__ void bl_wgmma_ss_n80(float (&d)[40], uint64_t da, uint64_t db);
+static __device__ __forceinline__ void bl_wgmma_ss_n80(float (&d)[40], uint64_t da, uint64_t db,
+                                                       int acc = 1);
 #define BL_WGMMA_SS_SPECIALIZE(T, TY, X)                                                      \
     template <>                                                                               \
     __device__ __forceinline__ void bl_wgmma_ss_n64<T, X>(float (&d)[32], uint64_t da,        \
-                                                          uint64_t db) {                      \
+                                                          uint64_t db, int acc) {             \
         BL_WGMMA_SS_ASM("m64n64k16", BL_REGS32, BL_ACC32, 32, 33, 34, TY, 0, X);              \
     }                                                                                         \
     template <>                                                                               \
     __device__ __forceinline__ void bl_wgmma_ss_n80<T, X>(float (&d)[40], uint64_t da,        \
-                                                          uint64_t db) {                      \
+                                                          uint64_t db, int acc) {             \
         BL_WGMMA_SS_ASM("m64n80k16", BL_REGS40, BL_ACC40, 40, 41, 42, TY, X, 0);              \
     }
 BL_WGMMA_SS_SPECIALIZE(__nv_bfloat16, "bf16", 0)

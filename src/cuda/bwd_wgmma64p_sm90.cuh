@@ -37,23 +37,24 @@ namespace bl_bwd {
 
 constexpr int PAIR_ROWS = 2 * BM;  // query rows per iteration: 128
 
-// d[64] += A(smem, K-major) * B(smem, K-major); m64n128k16.
+// d[64] = A(smem, K-major) * B(smem, K-major) + (acc ? d : 0); m64n128k16.
 #define BL_WGMMA_SS_N128(TY)                                                                  \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                 \
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " BL_REGS64       \
                  ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                            \
                  : BL_ACC64(d)                                                                \
-                 : "l"(da), "l"(db), "r"(1))
+                 : "l"(da), "l"(db), "r"(acc))
 template <typename T>
-static __device__ __forceinline__ void bl_wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db);
+static __device__ __forceinline__ void bl_wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db,
+                                                        int acc = 1);
 template <>
 __device__ __forceinline__ void bl_wgmma_ss_n128<__nv_bfloat16>(float (&d)[64], uint64_t da,
-                                                                uint64_t db) {
+                                                                uint64_t db, int acc) {
     BL_WGMMA_SS_N128("bf16");
 }
 template <>
 __device__ __forceinline__ void bl_wgmma_ss_n128<__half>(float (&d)[64], uint64_t da,
-                                                         uint64_t db) {
+                                                         uint64_t db, int acc) {
     BL_WGMMA_SS_N128("f16");
 }
 
@@ -217,9 +218,7 @@ template <typename T>
 __device__ __forceinline__ void wg64p_issue_dq(float (&dq)[32], uint32_t ds_buf, uint32_t sK, int wg) {
     using L = wg64p_smem;
     constexpr int KSTEPS_K = BN / 16;  // steps over the keys: 8
-#pragma unroll
-    for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
-    bl_reg_fence(dq);
+    bl_acc_overwritten(dq);  // the first step does not accumulate: no zeroing
     bl_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < KSTEPS_K; ++ks)
@@ -230,7 +229,7 @@ __device__ __forceinline__ void wg64p_issue_dq(float (&dq)[32], uint32_t ds_buf,
                               (ks % 4) * K16_BYTES_KMAJOR,
                           16, BL_WGMMA_GROUP_BYTES),
             // B = K: 16 keys per step, MN-major (d contiguous), one panel
-            bl_wgmma_desc(sK + ks * K16_BYTES_MNMAJOR, L::PANEL, BL_WGMMA_GROUP_BYTES));
+            bl_wgmma_desc(sK + ks * K16_BYTES_MNMAJOR, L::PANEL, BL_WGMMA_GROUP_BYTES), ks > 0);
     bl_wgmma_commit();
 }
 

@@ -406,9 +406,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             auto issue_s = [&](int it) {
                 const int gq = g0 + it;  // position in the rings
                 const uint32_t sQ = s0 + L::Q + (gq & 1) * TILE_BYTES;
-#pragma unroll
-                for (int x = 0; x < NQ * 4; ++x) s[x] = 0.0f;
-                bl_reg_fence(s);
+                bl_acc_overwritten(s);  // the first step does not accumulate: no zeroing
                 // Past the column's last entry the wait must pass without looking at FULL: the
                 // producer may already have filled that buffer for the next column, and a
                 // "previous phase" parity would then wait for a phase that never completes.
@@ -422,7 +420,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
                     bl_wgmma_ss_n64<T, 0>(
                         s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                        bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
+                        bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
                 }
                 bl_wgmma_commit();
             };
@@ -450,9 +448,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 const float *dlt = s_rows + (2 + buf) * BM;
 
                 // ---- dP^T = V dO^T (S^T was issued at the end of the last iteration) ----
-#pragma unroll
-                for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
-                bl_reg_fence(ds);
+                bl_acc_overwritten(ds);
                 bl_wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < KSTEPS_D; ++kk) {
@@ -460,7 +456,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
                     bl_wgmma_ss_n64<T, 0>(
                         ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                        bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
+                        bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
                 }
                 bl_wgmma_commit();
                 BL_TLC(1);
@@ -569,9 +565,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
                 // ---- dQ(64 x 64) = dS K: warpgroup wg takes d columns 64wg.., all 128 keys ----
                 float dq[32];
-#pragma unroll
-                for (int x = 0; x < 32; ++x) dq[x] = 0.0f;
-                bl_reg_fence(dq);
+                bl_acc_overwritten(dq);  // the first step does not accumulate: no zeroing
                 bl_wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < BN / 16; ++ks)
@@ -580,7 +574,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                         bl_wgmma_desc(sDS + (ks / 4) * QPANEL + (ks % 4) * K16_BYTES_KMAJOR, 16,
                                       BL_WGMMA_GROUP_BYTES),
                         bl_wgmma_desc(s0 + L::K + wg * KPANEL + ks * K16_BYTES_MNMAJOR, KPANEL,
-                                      BL_WGMMA_GROUP_BYTES));
+                                      BL_WGMMA_GROUP_BYTES),
+                        ks > 0);
                 bl_wgmma_commit();
                 bl_wgmma_wait<1>();  // dV and dK are done (dQ may still run): buffer buf is read
                 bl_reg_fence(dsa);

@@ -270,10 +270,32 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
 // nearly full video masks (bench/results/bwd-s22.txt, run 4).
 enum r80_entries { R80_DENSE = 0, R80_LISTS = 1, R80_MASKED = 2, R80_PACKED = 3 };
 
+// How the products' accumulators start. Each product's first wgmma does not accumulate (scale-d
+// 0), so nothing is zeroed: ptxas had folded some zeroed accumulators into their first wgmma and
+// zeroed others with one move per register in the loop (40 per entry for dQ^T here).
+// Except in the dense non-causal walk, which keeps its zeroed accumulators: without the moves it
+// ran 3.8 % slower under ncu (bench/results/bwd-s30-zero-acc.txt run 1), while the causal walks
+// gained 1.8-3.5 %.
+template <bool CAUSAL, int ENTRIES>
+__device__ __forceinline__ constexpr bool r80_zero_acc() {
+    return !CAUSAL && ENTRIES == R80_DENSE;
+}
+template <bool ZERO, int N>
+__device__ __forceinline__ void r80_start_acc(float (&acc)[N]) {
+    if constexpr (ZERO) {
+#pragma unroll
+        for (int x = 0; x < N; ++x) acc[x] = 0.0f;
+        bl_reg_fence(acc);
+    } else {
+        bl_acc_overwritten(acc);
+    }
+}
+
 // p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G, PACKED:
 // BL_DQ_TILES64R. CAUSAL: p.causal is set.
 template <typename T, bool CAUSAL, int ENTRIES>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
+    constexpr bool ZERO_ACC = r80_zero_acc<CAUSAL, ENTRIES>();
     static_assert(!(CAUSAL && ENTRIES >= R80_MASKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
                   "masked entries: LISTS with a causal mask, MASKED or PACKED without one");
     constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
@@ -451,7 +473,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const uint32_t qoff = (kk / 4) * L::QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
                 bl_wgmma_ss_n80<T, 0>(
                     acc, bl_wgmma_desc(s_kv + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(s_rows_tile + qoff, 16, BL_WGMMA_GROUP_BYTES));
+                    bl_wgmma_desc(s_rows_tile + qoff, 16, BL_WGMMA_GROUP_BYTES), ZERO_ACC || kk > 0);
             }
         };
         // S^T = K Q^T of entry `it`; as version 10, issued for entry it+1 right behind entry it's
@@ -460,9 +482,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         auto issue_s = [&](int it) {
             const int gq = g0 + it;
             const uint32_t sQ = s0 + L::Q + (gq & 1) * L::TILE;
-#pragma unroll
-            for (int x = 0; x < NQ * 4; ++x) s[x] = 0.0f;
-            bl_reg_fence(s);
+            r80_start_acc<ZERO_ACC>(s);
             const bool real = it < count;
             mbarrier_wait(bars + (real ? ws_bars::FULL + 8 * (gq & 1) : ws_bars::NEVER),
                           real ? (uint32_t)(gq >> 1) & 1u : 1u);
@@ -484,9 +504,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             const float *dlt = lse2 + 2 * BM80;
 
             // ---- dP^T = V dO^T ----
-#pragma unroll
-            for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
-            bl_reg_fence(ds);
+            r80_start_acc<ZERO_ACC>(ds);
             bl_wgmma_fence();
             products_kmajor(ds, s0 + L::V, sdO);
             bl_wgmma_commit();
@@ -603,9 +621,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
 
             // ---- dQ^T (64 d x 80 queries) = K^T dS^T: warpgroup wg takes d rows 64wg.. ----
             float dq[NQ * 4];
-#pragma unroll
-            for (int x = 0; x < NQ * 4; ++x) dq[x] = 0.0f;
-            bl_reg_fence(dq);
+            r80_start_acc<ZERO_ACC>(dq);
             bl_wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < KSTEPS_K; ++ks)
@@ -614,7 +630,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     bl_wgmma_desc(s0 + L::K + wg * KPANEL + ks * K16_BYTES_MNMAJOR, KPANEL,
                                   BL_WGMMA_GROUP_BYTES),
                     bl_wgmma_desc(sDS + (ks / 4) * L::QPANEL + (ks % 4) * K16_BYTES_KMAJOR, 16,
-                                  BL_WGMMA_GROUP_BYTES));
+                                  BL_WGMMA_GROUP_BYTES),
+                    ZERO_ACC || ks > 0);
             bl_wgmma_commit();
             bl_wgmma_wait<1>();  // dV and dK are done: buffer buf is read
             bl_reg_fence(dsa);

@@ -170,10 +170,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         const bool empty1 = 2 * it + 1 == count;
 
         // ---- S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x 128 queries) ----
+        // (The first step of each product does not accumulate: nothing is zeroed.)
         float s[NQ * 4], ds[NQ * 4];
-#pragma unroll
-        for (int x = 0; x < NQ * 4; ++x) s[x] = 0.0f;
-        bl_reg_fence(s);
+        bl_acc_overwritten(s);
         named_barrier_sync(WS64_TURN0 + wg, THREADS);
         bl_wgmma_fence();
 #pragma unroll
@@ -182,11 +181,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                 s,
                 bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
                               16, BL_WGMMA_GROUP_BYTES),
-                bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
+                bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
         bl_wgmma_commit();
-#pragma unroll
-        for (int x = 0; x < NQ * 4; ++x) ds[x] = 0.0f;
-        bl_reg_fence(ds);
+        bl_acc_overwritten(ds);
         bl_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS_D; ++kk)
@@ -194,7 +191,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                 ds,
                 bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
                               16, BL_WGMMA_GROUP_BYTES),
-                bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES));
+                bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
         bl_wgmma_commit();
         named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
         BL_TLC(1);
