@@ -132,6 +132,15 @@ __device__ __forceinline__ __nv_bfloat16 bl_from_float<__nv_bfloat16>(float x) {
 template <>
 __device__ __forceinline__ __half bl_from_float<__half>(float x) { return __float2half_rn(x); }
 
+// This thread's warpgroup (threadIdx.x / 128) as one value per warp, read from lane 0: ptxas
+// then treats branches on it as warp-uniform and keeps what the warp-specialized kernels' roles
+// derive from their loop counters -- ring positions, wgmma descriptors -- on the uniform
+// datapath. Split on threadIdx.x itself, the head-dim-128 kernels' consumer loops formed part of
+// them in vector registers (bench/notes-bwd.md, twenty-eighth session).
+static __device__ __forceinline__ int bl_warpgroup_uniform(void) {
+    return __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+}
+
 // ---- warpgroup MMA (wgmma, sm_90a) ----
 // Operands in shared memory are "128-byte swizzled panels": a tile of R rows x C 16-bit columns is
 // C/64 panels of R rows x 128 bytes, panel-contiguous; in each group of 8 rows (1024 bytes) the

@@ -278,7 +278,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     if (threadIdx.x == 0) ws_init_bars(bars, 2);
     __syncthreads();
 
-    if (threadIdx.x < 128) {
+    const int role_wg = bl_warpgroup_uniform();  // 0: producer, 1 and 2: consumers
+    if (role_wg == 0) {
         // ---- producer warpgroup ----
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     setmaxnreg_inc<WS_CONSUMER_REGS>();
     const int ct = threadIdx.x - 128;            // consumer thread 0..255
     const int lane = ct & 31, warp = ct >> 5;     // consumer warp 0..7
-    const int wg = warp >> 2;                     // keys 64wg..64wg+63
+    const int wg = role_wg - 1;                     // keys 64wg..64wg+63
     const int lg = lane >> 2, lt = lane & 3;
     const int kw = warp * KEYS_PER_WARP;
 

@@ -349,7 +349,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     if (threadIdx.x == 0) ws_init_bars(bars, 1);  // one dQ staging buffer
     __syncthreads();
 
-    if (threadIdx.x < 128) {
+    // The roles split on a warp-uniform warpgroup index (bl_warpgroup_uniform) where that measured
+    // faster; the dense and masked non-causal walks keep the split on threadIdx.x, with which
+    // their loops stay spill-free.
+    constexpr bool UNIFORM_ROLES = CAUSAL || PACKED;
+    const int role_wg = UNIFORM_ROLES ? bl_warpgroup_uniform() : (int)threadIdx.x / 128;
+    if (UNIFORM_ROLES ? role_wg == 0 : threadIdx.x < 128) {
         // ---- producer warpgroup (as version 10) ----
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
@@ -442,7 +447,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     setmaxnreg_inc<WS_CONSUMER_REGS>();
     const int ct = threadIdx.x - 128;
     const int lane = ct & 31, warp = ct >> 5;
-    const int wg = warp >> 2;  // keys 64wg..64wg+63 (S^T, dP^T, dK, dV); d rows 64wg.. (dQ^T)
+    const int wg = UNIFORM_ROLES ? role_wg - 1 : warp >> 2;  // keys 64wg.. (S^T, dP^T, dK, dV); d rows 64wg.. (dQ^T)
     const int lg = lane >> 2, lt = lane & 3;
     const int kw = warp * KEYS_PER_WARP;
 
