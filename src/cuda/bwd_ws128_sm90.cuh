@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     setmaxnreg_inc<WS_CONSUMER_REGS>();
     const int ct = threadIdx.x - 128;            // consumer thread 0..255
     const int lane = ct & 31, warp = ct >> 5;     // consumer warp 0..7
-    const int wg = role_wg - 1;                     // keys 64wg..64wg+63
+    const int wg = role_wg - 1;                   // keys 64wg..64wg+63
     const int lg = lane >> 2, lt = lane & 3;
     const int kw = warp * KEYS_PER_WARP;
 

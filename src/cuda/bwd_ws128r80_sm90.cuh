@@ -447,7 +447,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     setmaxnreg_inc<WS_CONSUMER_REGS>();
     const int ct = threadIdx.x - 128;
     const int lane = ct & 31, warp = ct >> 5;
-    const int wg = UNIFORM_ROLES ? role_wg - 1 : warp >> 2;  // keys 64wg.. (S^T, dP^T, dK, dV); d rows 64wg.. (dQ^T)
+    // keys 64wg..64wg+63 (S^T, dP^T, dK, dV); d rows 64wg.. (dQ^T)
+    const int wg = UNIFORM_ROLES ? role_wg - 1 : warp >> 2;
     const int lg = lane >> 2, lt = lane & 3;
     const int kw = warp * KEYS_PER_WARP;
 
@@ -478,7 +479,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const uint32_t qoff = (kk / 4) * L::QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
                 bl_wgmma_ss_n80<T, 0>(
                     acc, bl_wgmma_desc(s_kv + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(s_rows_tile + qoff, 16, BL_WGMMA_GROUP_BYTES), ZERO_ACC || kk > 0);
+                    bl_wgmma_desc(s_rows_tile + qoff, 16, BL_WGMMA_GROUP_BYTES),
+                    ZERO_ACC || kk > 0);
             }
         };
         // S^T = K Q^T of entry `it`; as version 10, issued for entry it+1 right behind entry it's
