@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # bwd_compare.sh -- one device call comparing dev checkers built by bwd_build_tree.sh (or
 # bwd_sed_variants.sh): the first build's float64 check and compute-sanitizer memcheck /
-# racecheck on `small`, then each mode timed with every build, builds alternating, ROUNDS times.
-# Builds alternate in a rotating order. Logs to $OUT. Usage (repository root, carry ["build/sedvar"]):
+# racecheck on `small`, then each mode timed with every build, builds alternating in a rotating
+# order, ROUNDS times. Logs to $OUT. Usage (repository root, carry ["build/sedvar"]):
 #   bash dev/cuda/bwd_compare.sh "base old" "one;sparse1 0.1;sparse1 0.5;sparse64 0.1" 2
-# How bench/results/bwd-s9-persistent.txt (runs 6, 7) and bwd-s9-schedule.txt were made.
+# Timing: the dev checker's own event medians; or, with NCU=REGEX, each run under
+#   ncu --metrics gpu__time_duration.sum -k regex:REGEX
+# (locked clocks; the event medians of identical kernels wander by 1-2 %), logs
+# $OUT/ncu__BUILD__MODE__ROUND.txt and per mode each kernel's median per build
+# (ncu_ab_summary.py; sparse64 runs 3 shapes and sparse1 / sparsec 2, reported apart). With NCU
+# the dev checker's dense reference call is skipped unless SKIP_DENSE=0.
+# SKIP_CHECK=1: timings only (the same builds' check already ran on the device).
+# How bench/results/bwd-s9-persistent.txt (runs 6, 7) and bwd-s9-schedule.txt were made (events),
+# and bwd-s30-zero-acc.txt's runs (ncu, then as ad-hoc scripts of the same steps), e.g.
+#   NCU=bwd_ws bash dev/cuda/bwd_compare.sh "new base" "sparse1 0.1;sparse64 0.01" 2
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -13,25 +22,39 @@ read -r -a names <<< "$1"
 IFS=';' read -r -a modes <<< "$2"
 rounds=${3:-2}
 first=$B/${names[0]}/attn_bwd
-# SKIP_CHECK=1: timings only (the same builds' check already ran on the device).
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
-echo "== check (${names[0]})"; timeout 150 "$first" check > "$OUT/check.txt" 2>&1; echo "check rc=$?"
+echo "== check (${names[0]})"; timeout 220 "$first" check > "$OUT/check.txt" 2>&1; echo "check rc=$?"
 grep -E "FAIL|failed" "$OUT/check.txt" | head -20
-echo "== memcheck"; timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$first" small > "$OUT/memcheck.txt" 2>&1
+echo "== memcheck"; timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$first" small > "$OUT/memcheck.txt" 2>&1
 echo "memcheck rc=$?"; tail -2 "$OUT/memcheck.txt"
-echo "== racecheck"; timeout 120 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 "$first" small > "$OUT/racecheck.txt" 2>&1
+echo "== racecheck"; timeout 180 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 "$first" small > "$OUT/racecheck.txt" 2>&1
 echo "racecheck rc=$?"; tail -2 "$OUT/racecheck.txt"
 fi
+skip_dense=()
+[ -n "${NCU:-}" ] && [ "${SKIP_DENSE:-1}" = 1 ] && skip_dense=(env ATTN_BWD_SKIP_DENSE=1)
 # Round r starts with build r - 1 (rotated): the first build after a lighter run gains a few
 # percent from the power budget (bench/results/bwd-s10-noncausal-walk.txt), so no build may
 # always be first.
 for mode in "${modes[@]}"; do
+    tag=${mode// /_}
     for r in $(seq 1 "$rounds"); do
         k=$(( (r - 1) % ${#names[@]} ))
         for n in "${names[@]:k}" "${names[@]:0:k}"; do
+            if [ -n "${NCU:-}" ]; then
+                # shellcheck disable=SC2086  # mode is "what [args]"
+                timeout 150 "${skip_dense[@]}" ncu --metrics gpu__time_duration.sum -k "regex:$NCU" \
+                    "$B/$n/attn_bwd" $mode > "$OUT/ncu__${n}__${tag}__$r.txt" 2>&1 \
+                    || echo "$n $mode: rc $?"
+                continue
+            fi
             echo "== $n: $mode (round $r)"
             # shellcheck disable=SC2086  # mode is "what [keep]"
             timeout 60 "$B/$n/attn_bwd" $mode 2>&1 | grep -E " ms " | sed 's/^bench //'
         done
     done
+    if [ -n "${NCU:-}" ]; then
+        case "$mode" in sparse64*) split=3 ;; sparse1* | sparsec*) split=2 ;; *) split=1 ;; esac
+        python3 "$(dirname "$0")/ncu_ab_summary.py" --split "$split" "${1// /,}" \
+            "$OUT"/ncu__*__"${tag}"__*.txt | tee -a "$OUT/summary.txt"
+    fi
 done
