@@ -476,8 +476,8 @@ static int run_case(const Case &c) {
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
         pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
                : !bl_bwd_rows80_chosen(tot) ? " [64 rows]"
-               : c.causal || !bl_bwd_packed_chosen(tot) ? " [80 rows]"
-                                                        : " [80 rows, packed]";
+               : !bl_bwd_packed_chosen(tot) ? " [80 rows]"
+                                             : " [80 rows, packed]";
         // A mask that keeps every tile of a call without a causal mask must take the dense
         // kernel, and no other mask may (causal calls never do: bl_bwd_masked_full).
         const bool full = !c.causal && std::all_of(mask.begin(), mask.end(),
@@ -485,7 +485,7 @@ static int run_case(const Case &c) {
         if (bl_bwd_masked_full(tot) != full) ok = 0;
         // Cases written for packed (or aligned) entries must still reach them: a change of the
         // cost constants would otherwise leave that path unchecked without a word.
-        const bool packed = !c.causal && bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) &&
+        const bool packed = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) &&
                             bl_bwd_packed_chosen(tot);
         const bool aligned = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) && !packed;
         const bool rows64 = !bl_bwd_rows80_chosen(tot);
@@ -919,6 +919,8 @@ int main(int argc, char **argv) {
         // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
         // ceil(4 c / 5) x 79 < 64 c whatever the rounding
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
+        // ... with a causal mask (columns of up to 24 x 8 tiles, half of them on the diagonal)
+        cases.push_back({1, 512, 1024, 24, 1, 128, 1, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
         // 280 key tiles: more than one schedule window (264 positions on 132 SMs)
         cases.push_back({1, 64, 256, 140, 140, 128, 0, BF, 1, 0.5, 0, 0, 0});
         // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)
@@ -972,6 +974,15 @@ int main(int argc, char **argv) {
         cases.push_back({1, 3000, 500, 2, 1, 128, 0, BF, 1, 0.9, 0, 0, 0, 0, kPickPacked});
         // ... and at 99 %, where the aligned entries (every row, nearly all kept) cost less
         cases.push_back({1, 1500, 400, 2, 1, 128, 0, FP, 1, 0.99, 0, 0, 0, 0, kPickAligned});
+        // Masked causal calls on packed entries (each piece with its own diagonal), MQA with
+        // columns of many kept 64-row tiles (packed costs 79 x ceil(4 c / 5) against 64 c: ~1 %
+        // less in these totals, where the per-column rounding is 0.1 %): Sq = Sk not a multiple
+        // of 64, Sq > Sk with rows that see no key, Sq < Sk strided; and at 99 % kept, where the
+        // aligned entries cost less.
+        cases.push_back({1, 2000, 2000, 8, 1, 128, 1, BF, 1, 0.6, 0, 0, 0, 0, kPickPacked});
+        cases.push_back({1, 2500, 1000, 16, 1, 128, 1, FP, 1, 0.7, 0, 0, 0, 0, kPickPacked});
+        cases.push_back({1, 1000, 2000, 16, 1, 128, 1, BF, 1, 0.8, 0, 1, 0, 0, kPickPacked});
+        cases.push_back({1, 3000, 3000, 2, 2, 128, 1, BF, 1, 0.99, 0, 0, 0, 0, kPickAligned});
         // Version 10 on sparse masks, where a row tile's only entry stores its dQ and tiles no
         // key tile keeps are converted without a read (they must come out 0):
         // GQA with Sq not a multiple of 64, causal, a NaN row, strided, and more key tiles than

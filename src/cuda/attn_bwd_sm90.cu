@@ -129,15 +129,16 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     return BL_OK;
 }
 
-// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set; without a
-// causal mask p.tm_qp / p.tm_dop too), walking `entries` (r80_entries): R80_DENSE, or a masked
+// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set; in a
+// masked call p.tm_qp / p.tm_dop too), walking `entries` (r80_entries): R80_DENSE, or a masked
 // call's p.lists80 (R80_LISTS with a causal mask, R80_MASKED without) or packed entries.
 template <typename T>
 bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_cols,
                         cudaStream_t stream) {
     const size_t smem = r80_smem::BYTES;
-    auto kernel = p.causal ? (entries == R80_LISTS ? bwd_ws128r80_kernel<T, true, R80_LISTS>
-                                                   : bwd_ws128r80_kernel<T, true, R80_DENSE>)
+    auto kernel = p.causal ? (entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS>
+                              : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED>
+                                                      : bwd_ws128r80_kernel<T, true, R80_DENSE>)
                   : entries == R80_MASKED ? bwd_ws128r80_kernel<T, false, R80_MASKED>
                   : entries == R80_PACKED ? bwd_ws128r80_kernel<T, false, R80_PACKED>
                                           : bwd_ws128r80_kernel<T, false, R80_DENSE>;
@@ -295,9 +296,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // Head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row boxes and
     // its own dq accumulator layouts: dense calls always; masked and selected calls where their
     // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_cheaper): aligned entries,
-    // or without a causal mask packed ones where those cost less (bl_bwd_packed_chosen: the
-    // kept 64-row tiles end to end, Q / dO by pieces), and the dense walk where a mask without
-    // a causal one keeps every tile (bl_bwd_masked_full). Only the device knows the lists, so
+    // or packed ones where those cost less (bl_bwd_packed_chosen: the kept 64-row tiles end to
+    // end, Q / dO by pieces), and the dense walk where a mask without a causal one keeps every
+    // tile (bl_bwd_masked_full). Only the device knows the lists, so
     // version 10 and the 80-row kernels of a masked call are all launched and those not picked
     // return at once; the postprocess reads the same choice (BL_DQ_CHOSEN, BL_DQ_PACKED). Dev
     // variants force a kernel (the 80-row one on aligned entries).
@@ -333,7 +334,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                   bl_make_tensor_map(&rp.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
                   bl_make_tensor_map(&rp.tm_dq, dq, dm.batch, dm.seqlen_q, dm.heads_q, D, DQR_ROWS, bf16);
     }
-    for (int i = 0; rows80 && masked && !d->causal && i < 3; ++i) {
+    for (int i = 0; rows80 && masked && i < 3; ++i) {
         const uint32_t box = (uint32_t)(R80_PACKED_BOX * (i + 1));
         rows80 = bl_make_tensor_map(&p.tm_qp[i], q, dm.batch, dm.seqlen_q, dm.heads_q,
                                     d->head_dim, box, bf16) &&
@@ -393,11 +394,11 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                         : launch_rows80<__half>(p, e, num_cols, stream);
         };
         BL_TRY(launch(!masked ? R80_DENSE : d->causal ? R80_LISTS : R80_MASKED));
-        // Without a causal mask the packed entries next, and last the dense kernel: it runs
+        // The packed entries next, and without a causal mask last the dense kernel: it runs
         // where the mask keeps every tile.
-        if (masked && !d->causal && !forced) {
+        if (masked && !forced) {
             BL_TRY(launch(R80_PACKED));
-            BL_TRY(launch(R80_DENSE));
+            if (!d->causal) BL_TRY(launch(R80_DENSE));
         }
     } else {
         bl_status st;

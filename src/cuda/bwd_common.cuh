@@ -55,7 +55,7 @@ struct bl_bwd_workspace {
     // tile with none as zeros without reading it. Bytes, not counters: nothing to zero first.
     uint8_t *dq_writers;
     // BL_BWD_TOTALS sums over the call's key tiles: {counts, counts80, tiles missing, packed
-    // entries (bl_bwd_packed_count; 0 with a causal mask)}, where the third counts the (q head,
+    // entries (bl_bwd_packed_count)}, where the third counts the (q head,
     // row tile) pairs of each key tile that the mask drops, without a causal mask (with one, 1
     // per key tile: never full): which kernel takes a masked head-dim-128 call, read by all of
     // them on the device (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
@@ -101,14 +101,13 @@ __host__ __device__ inline bool bl_bwd_masked_full(const unsigned long long *tot
 __host__ __device__ inline int bl_bwd_packed_count(int c64) {
     return c64 == 0 ? 1 : (4 * c64 + 4) / 5;
 }
-// Whether a masked call without a causal mask runs its 80-row entries packed rather than
-// aligned (totals[3] = 0 with a causal mask: always aligned).
+// Whether a masked call runs its 80-row entries packed rather than aligned.
 __host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *totals) {
     return totals[3] != 0 &&
            totals[3] * BL_PACKED_VS_ALIGNED_COST < totals[1] * BL_R80_ENTRY_COST;
 }
-// Whether a masked call's aligned 80-row entries cost less than its 64-row ones (with a causal
-// mask, where there are no packed ones, what bl_bwd_rows80_cheaper amounts to).
+// Whether a masked call's aligned 80-row entries cost less than its 64-row ones (the pick the
+// dense causal walk's code keeps: it never runs a masked call).
 __host__ __device__ inline bool bl_bwd_aligned80_cheaper(const unsigned long long *totals) {
     return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
 }
@@ -152,8 +151,10 @@ enum bl_dq_layout {
                               // (TMA reduce-adds of dq_block_stage's staging, bwd_wgmma_sm90.cuh)
     BL_DQ_TILES80 = 2,        // (B, Hq, Tm80) blocks of 80 x 128 in the order the 80-row kernel
                               // stages them (bwd_ws128r80_sm90.cuh, r80_dq_offset)
-    BL_DQ_CHOSEN = 3,         // ROWS_PERMUTED or TILES80, as the device chose for a masked
-                              // causal call (bl_bwd_rows80_chosen on ws->totals)
+    BL_DQ_CHOSEN = 3,         // a masked causal call: where 80-row entries ran
+                              // (bl_bwd_rows80_chosen on ws->totals) TILES64R for packed ones
+                              // (bl_bwd_packed_chosen), TILES80 for aligned ones, else
+                              // ROWS_PERMUTED (version 10)
     BL_DQ_TILES64R = 4,       // (B, Hq, Tm) blocks of 64 x 128, each 8 runs of 8 queries per
                               // staging warp in the 80-row kernel's order (its packed entries:
                               // r80_reduce_packed)

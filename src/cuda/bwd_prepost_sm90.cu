@@ -37,10 +37,10 @@ static int64_t bl_bwd_dq_accum_rows(const bl_bwd_dims &dm, bl_dq_layout layout) 
     const int64_t rows80 = dm.tiles_m80 * BL_BWD_TM_DENSE, rows64 = dm.tiles_m * BL_BWD_TM;
     switch (layout) {
     case BL_DQ_TILES80:
-    case BL_DQ_TILES80G:
-    case BL_DQ_CHOSEN: return rows80;
+    case BL_DQ_TILES80G: return rows80;
     case BL_DQ_TILES64R: return rows64;
     case BL_DQ_NONE: return 0;
+    case BL_DQ_CHOSEN:
     case BL_DQ_PACKED: return rows80 > rows64 ? rows80 : rows64;
     default: return dm.seqlen_q;
     }
@@ -336,15 +336,15 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 
 // The layout of the kernel the device picked, one launch (a second, empty one cost ~4 us per
 // call, bench/results/bwd-s14-rows80.txt run 7):
-// - BL_DQ_CHOSEN (PACKED false; bl_bwd_rows80_chosen) on the 80-row blocks' grid: in the other
-//   layout each CTA converts the same 80 rows (b, h, 80m..) straight from the (B, Sq, Hq, D)
-//   accumulator (a grid over rows would run at the occupancy the 80-row path's shared memory
-//   allows);
+// - BL_DQ_CHOSEN (CAUSAL: a masked causal call), whose picks are the aligned entries'
+//   80-row blocks, the packed entries' 64-row ones (grouped), or version 10's rows, converted 80
+//   per CTA straight from the (B, Sq, Hq, D) accumulator (a grid over rows would run at the
+//   occupancy the 80-row path's shared memory allows);
 // - BL_DQ_PACKED (a masked call without a causal mask), whose picks are the dense kernel's
 //   80-row blocks (a mask keeping every tile), aligned entries' 80-row ones (grouped), packed
-//   entries' 64-row ones, or version 10's rows (converted 64 per CTA): on the larger grid, whose
-//   extra CTAs return.
-template <typename T, bool PACKED>
+//   entries' 64-row ones, or version 10's rows (converted 64 per CTA).
+// Both on the larger of the 64- and 80-row grids, whose extra CTAs return.
+template <typename T, bool CAUSAL>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
@@ -352,22 +352,29 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
     const int64_t blk = blockIdx.x;
-    if (!PACKED) {
-        if (bl_bwd_rows80_chosen(totals))
+    const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
+    const int64_t r64_blocks = dm.batch * dm.heads_q * dm.tiles_m;
+    if (CAUSAL) {
+        if (!bl_bwd_rows80_chosen(totals)) {
+            if (blk < r80_blocks)
+                postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
+                                                     sh, blk);
+        } else if (bl_bwd_packed_chosen(totals)) {
+            if (blk < r64_blocks)
+                postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+        } else if (blk < r80_blocks) {
             postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
-        else
-            postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh,
-                                                 blk);
+        }
         return;
     }
     const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals);
     if (full || (rows80 && !bl_bwd_packed_chosen(totals))) {
-        if (blk >= dm.batch * dm.heads_q * dm.tiles_m80) return;
+        if (blk >= r80_blocks) return;
         if (full)
             postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
         else
             postprocess_tile<T, PP80_ROWS, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
-    } else if (blk < dm.batch * dm.heads_q * dm.tiles_m) {
+    } else if (blk < r64_blocks) {
         if (rows80)
             postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
         else
@@ -412,11 +419,11 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         return BL_OK;
     }
     if (layout == BL_DQ_CHOSEN || layout == BL_DQ_PACKED) {
-        // the packed kernel's grid covers its 64-row picks too
+        // the grid covers the 64-row picks too
         const bool packed = layout == BL_DQ_PACKED;
-        const int64_t grid = packed && r64_blocks > r80_blocks ? r64_blocks : r80_blocks;
-        auto kernel = packed ? bl_bwd_postprocess_picked_kernel<T, true>
-                             : bl_bwd_postprocess_picked_kernel<T, false>;
+        const int64_t grid = r64_blocks > r80_blocks ? r64_blocks : r80_blocks;
+        auto kernel = packed ? bl_bwd_postprocess_picked_kernel<T, false>
+                             : bl_bwd_postprocess_picked_kernel<T, true>;
         // ws->dq_writers: the entries of each row tile (NULL unless bl_bwd_dq_writers_used)
         kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(dm, scale, ws->dq_accum, ws->totals,
                                                           ws->dq_writers, (uint16_t *)dq.data,

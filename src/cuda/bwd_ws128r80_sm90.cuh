@@ -143,7 +143,8 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
     bulk_load(s_dlt + 4 * ulo, p.unkept_rows + BM80 + ulo, 4 * (uhi - ulo), bar);
 }
 
-// ---- packed entries (masked calls without a causal mask) ----
+// ---- packed entries (masked calls; with a causal mask each piece has its own diagonal: the
+// producer hands the consumers both pieces' rooms with the entry, s_entry) ----
 // The column's kept 64-row tiles -- version 10's list (p.lists: c64 codes hl * Tm + m) -- laid
 // end to end and cut into 80-row entries: ceil(4 c64 / 5) of them, so that a masked call
 // computes only its kept rows, on 80-row entries (aligned entries compute the rows of every
@@ -264,8 +265,8 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
 // What a launch of version 11 walks: every entry a causal mask leaves (DENSE), a masked causal
 // call's aligned 80-row entries (LISTS: p.lists80; the rows of an entry's unkept 64-row tile get
 // P = 0 through their lse, r80_tma_row_tile), or a masked non-causal call's aligned entries
-// (MASKED) or packed ones (PACKED: r80_packed), whichever the entry totals find cheaper
-// (bl_bwd_packed_chosen). Aligned and packed entries are two instantiations, not a branch in one
+// (MASKED), or a masked call's packed ones (PACKED: r80_packed, with or without a causal mask),
+// whichever the entry totals find cheaper (bl_bwd_packed_chosen). Aligned and packed entries are two instantiations, not a branch in one
 // kernel: with the packed code beside it the aligned walk ran 1-2.5 % slower on the bench's
 // nearly full video masks (bench/results/bwd-s22.txt, run 4).
 enum r80_entries { R80_DENSE = 0, R80_LISTS = 1, R80_MASKED = 2, R80_PACKED = 3 };
@@ -296,8 +297,8 @@ __device__ __forceinline__ void r80_start_acc(float (&acc)[N]) {
 template <typename T, bool CAUSAL, int ENTRIES>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     constexpr bool ZERO_ACC = r80_zero_acc<CAUSAL, ENTRIES>();
-    static_assert(!(CAUSAL && ENTRIES >= R80_MASKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
-                  "masked entries: LISTS with a causal mask, MASKED or PACKED without one");
+    static_assert(!(CAUSAL && ENTRIES == R80_MASKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
+                  "aligned masked entries: LISTS with a causal mask, MASKED without one");
     constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
     constexpr bool MASKED = ENTRIES == R80_MASKED || PACKED;  // (staged query-group major)
     // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
@@ -310,7 +311,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     // (bl_bwd_packed_chosen). (The causal kernels keep the code they had before the dense pick:
     // their SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
     if (p.totals != nullptr) {
-        if constexpr (CAUSAL) {
+        if constexpr (CAUSAL && PACKED) {
+            griddep_wait();
+            if (!bl_bwd_rows80_cheaper(p.totals) || !bl_bwd_packed_chosen(p.totals)) return;
+        } else if constexpr (CAUSAL && LISTS) {
+            griddep_launch_dependents();  // the packed kernel behind it
+            griddep_wait();
+            if (!bl_bwd_rows80_cheaper(p.totals) || bl_bwd_packed_chosen(p.totals)) return;
+        } else if constexpr (CAUSAL) {
             griddep_wait();
             if (!bl_bwd_aligned80_cheaper(p.totals)) return;
         } else {
@@ -371,6 +379,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 // the column's keys before Sk, handed to the consumers with each entry (see P^T)
                 const int64_t key_room = dm.seqlen_k - cl.n * BN;
                 const int key_limit = key_room < BN ? (int)key_room : BN;
+                // CAUSAL packed: query q sees key cl.n * BN + jr where jr <= q + causal_base
+                const int causal_base = (int)(dm.seqlen_k - dm.seqlen_q - cl.n * BN);
                 // A masked call's entries are read one ahead: the load's latency then overlaps
                 // the waits instead of delaying the TMA issue.
                 int code_next = aligned && count > 0 ? list[0] : 0;
@@ -385,6 +395,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     if (packed) e = r80_packed(p, cl, it);  // (its list loads before the wait)
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
                     if (!CAUSAL) s_entry[2 + buf] = key_limit;  // released by the FULL arrive
+                    if (CAUSAL && packed) {
+                        // Each piece's room (the consumers' causal branch): entry row ir of
+                        // piece A is query 64 ma + 64 - rows_a + ir, of piece B 64 mb - rows_a + ir.
+                        s_entry[buf] = BL_BWD_TM * (e.ma + 1) - e.rows_a + causal_base;
+                        s_entry[2 + buf] = BL_BWD_TM * e.mb - e.rows_a + causal_base;
+                    }
                     if (packed)
                         r80_tma_packed(p, s0, buf, cl.b, e);
                     else
@@ -579,8 +595,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 // element, on every entry (behind a branch on entries that cross the diagonal,
                 // ptxas spilled; past the diagonal cut <= -8 drops nothing). 32-bit, as the key
                 // limit (a 64-bit value here is a spill).
-                const int room = s_entry[buf] * BM80 + causal_base;  // entry it's row tile
+                // Packed entries: the rooms of pieces A and B from the producer (s_entry), the
+                // n8 tiles t < rows_a / 8 in piece A.
+                const int room = PACKED ? s_entry[buf] : s_entry[buf] * BM80 + causal_base;
                 const int cut = kw + lg - 2 * lt - room;
+                const int cut_b = PACKED ? kw + lg - 2 * lt - s_entry[2 + buf] : cut;
+                const int tiles_a = (BL_BWD_TM - 16 * (it & 3)) / 8;
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) {
                     const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
@@ -590,10 +610,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
                 }
 #pragma unroll
-                for (int t = 0; t < NQ; ++t)
+                for (int t = 0; t < NQ; ++t) {
+                    const int cut_t = PACKED && t >= tiles_a ? cut_b : cut;
 #pragma unroll
                     for (int x = 0; x < 4; ++x)
-                        if (8 * t - 8 * (x >> 1) + (x & 1) < cut) s[4 * t + x] = 0.0f;
+                        if (8 * t - 8 * (x >> 1) + (x & 1) < cut_t) s[4 * t + x] = 0.0f;
+                }
             }
             // ---- dV += P^T dO, issued before dP^T is waited for (issued after dS, with dK, the
             // call ran 1-3 % slower: bench/results/bwd-s14-rows80.txt) ----

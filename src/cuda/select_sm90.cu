@@ -660,8 +660,8 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
             // the pairs the mask drops (every column has G * Tm without a causal mask); with
             // one, 1: never full (bl_bwd_masked_full)
             s[2] = causal ? 1ull : (unsigned long long)(dm.group * dm.tiles_m - c[i]);
-            // the packed 80-row entries (bl_bwd_packed_chosen): none with a causal mask
-            s[3] = causal ? 0ull : (unsigned long long)bl_bwd_packed_count(c[i]);
+            // the packed 80-row entries (bl_bwd_packed_chosen)
+            s[3] = (unsigned long long)bl_bwd_packed_count(c[i]);
         }
 #pragma unroll
         for (int t = 0; t < BL_BWD_TOTALS; ++t) {

@@ -177,6 +177,25 @@ def test_gpu_masked_80_row_entries(dtype, keep):
         ref.check_close(name, g, w, b)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gpu_masked_causal_packed_entries(dtype):
+    """A masked causal head-dim-128 call on packed 80-row entries, where each entry's two pieces
+    have their own diagonal: 16 query heads on one K / V head and Sq < Sk (columns of up to ~200
+    kept 64-row tiles, the dev checker's causal packed case that asserts the pick); Sq a
+    multiple of neither 64 nor 80."""
+    q, k, v = random_qkv(1, 1000, 2000, 16, 1, 128, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse, _ = back_lite.forward(q, k, v, causal=True)
+    tm, tn = back_lite.num_tiles(1000, 2000, DEV)
+    mask = torch.rand(1, 16, tm, tn, device=DEV) < 0.8
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=True)
+    scale = 1.0 / math.sqrt(128)
+    want = ref.backward(q, k, v, out, dout, scale, True, mask, tile())
+    base = ref.backward(q, k, v, out, dout, scale, True, mask, tile(), dtype)
+    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
+        ref.check_close(name, g, w, b)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal):
     """A mask that keeps every tile gives the dense call's gradients (without a causal mask the
