@@ -1,7 +1,7 @@
 """Which backward kernel the device's rule (bl_bwd_rows80_chosen) picks for the bench's video-grid
 inputs at each negl_prob: entries of 64 rows (the kept tiles) against aligned entries of 80 rows
-(every 80-row tile that overlaps a kept 64-row tile) and, without a causal mask, packed ones (a
-column's kept tiles end to end: ceil(4 c / 5)), at the costs of src/cuda/bwd_common.cuh, summed
+(every 80-row tile that overlaps a kept 64-row tile) and packed ones (a column's kept tiles end
+to end: ceil(4 c / 5)), at the costs of src/cuda/bwd_common.cuh, summed
 over all heads as the lists kernel sums its totals; and the mean run of kept 64-row tiles down a
 key tile's column. Q / K / V heads are one to one (the bench's video inputs).
 
@@ -23,7 +23,7 @@ TM, TM80, COST64, COST80 = 64, 80, 64, 75
 COST_PACKED, COST_PACKED_VS_ALIGNED = 79, 80
 
 
-def entry_totals(m, s, causal):
+def entry_totals(m, s):
     """(64-row entries, aligned 80-row entries, packed entries) of a mask m (H, Tm, Tn)."""
     tm = m.shape[1]
     t64 = int(m.sum())
@@ -32,7 +32,7 @@ def entry_totals(m, s, causal):
         lo, hi = (TM80 * a) // TM, min((TM80 * a + TM80 - 1) // TM, tm - 1)
         t80 += int(m[:, lo:hi + 1].any(1).sum())
     c = m.sum(1)  # (H, Tn): kept 64-row tiles per column
-    packed = 0 if causal else int(torch.where(c == 0, 1, (4 * c + 4) // 5).sum())
+    packed = int(torch.where(c == 0, 1, (4 * c + 4) // 5).sum())
     return t64, t80, packed
 
 
@@ -55,8 +55,8 @@ def main():
     _, _, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)
     for negl in bench_attn.NEGL_PROBS:
         m = blf.select(w, negl)[0].bool()  # (H, Tm, Tn)
-        t64, t80, packed = entry_totals(m, s, args.causal)
-        use_packed = packed and packed * COST_PACKED_VS_ALIGNED < t80 * COST80
+        t64, t80, packed = entry_totals(m, s)
+        use_packed = packed * COST_PACKED_VS_ALIGNED < t80 * COST80
         cost80 = packed * COST_PACKED if use_packed else t80 * COST80
         ratio = cost80 / max(1, t64 * COST64)
         pick = "64 rows" if ratio >= 1 else "80 rows packed" if use_packed else "80 rows aligned"

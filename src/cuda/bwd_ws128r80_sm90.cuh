@@ -80,12 +80,14 @@ constexpr int R80_WARP_FLOATS = 16 * BM80;
 __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
     return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
 }
-// The same query-group major (masked calls without a causal mask): vector t of every warp, then
+// The same query-group major (masked calls but the causal aligned ones): vector t of every warp, then
 // t + 1, so that each piece of a packed entry (whole groups of 8 queries) is one contiguous run of
 // the staging, and of the BL_DQ_TILES64R block it adds into (r80_reduce_packed); aligned entries
-// add theirs whole into BL_DQ_TILES80G blocks.
-__device__ __forceinline__ uint32_t r80_dq_offset_grouped(int warp, int t, int lane) {
-    return (uint32_t)(((t * WARPS + warp) * 32 + lane) * 4);
+// add theirs whole into BL_DQ_TILES80G blocks. Takes the consumer thread ct = 32 warp + lane:
+// written with warp and lane, ptxas rebuilt the address from them for every t (a shift, two
+// LOP3 and a LEA per store; ncu, bench/results/bwd-s22.txt run 7) instead of an immediate offset.
+__device__ __forceinline__ uint32_t r80_dq_offset_grouped(int ct, int t) {
+    return (uint32_t)((t * WARPS * 32 + ct) * 4);
 }
 
 // An entry of p.lists80, hl << 20 | m << 2 | bits (select_sm90.cu) -> q head hl of the group,
@@ -679,8 +681,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             float4 *stage = reinterpret_cast<float4 *>(smem_base + L::DQS);
 #pragma unroll
             for (int t = 0; t < NQ; ++t)
-                stage[(MASKED ? r80_dq_offset_grouped(warp, t, lane)
-                              : r80_dq_offset(warp, t, lane)) / 4] =
+                stage[(MASKED ? r80_dq_offset_grouped(ct, t) : r80_dq_offset(warp, t, lane)) / 4] =
                     make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
         }
         // the last entry's staged dQ^T
