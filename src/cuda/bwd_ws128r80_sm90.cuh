@@ -80,10 +80,10 @@ constexpr int R80_WARP_FLOATS = 16 * BM80;
 __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
     return (uint32_t)(warp * R80_WARP_FLOATS + (32 * t + lane) * 4);
 }
-// The same query-group major (masked calls but the causal aligned ones): vector t of every warp, then
-// t + 1, so that each piece of a packed entry (whole groups of 8 queries) is one contiguous run of
-// the staging, and of the BL_DQ_TILES64R block it adds into (r80_reduce_packed); aligned entries
-// add theirs whole into BL_DQ_TILES80G blocks. Takes the consumer thread ct = 32 warp + lane:
+// The same query-group major (the masked walks but the causal aligned one): vector t of every
+// warp, then t + 1, so that each piece of a packed entry (whole groups of 8 queries) is one
+// contiguous run of the staging, and of the BL_DQ_TILES64R block it adds into
+// (r80_reduce_packed); aligned entries add theirs whole into BL_DQ_TILES80G blocks. Takes the consumer thread ct = 32 warp + lane:
 // written with warp and lane, ptxas rebuilt the address from them for every t (a shift, two
 // LOP3 and a LEA per store; ncu, bench/results/bwd-s22.txt run 7) instead of an immediate offset.
 __device__ __forceinline__ uint32_t r80_dq_offset_grouped(int ct, int t) {
