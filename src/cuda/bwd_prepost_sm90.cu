@@ -361,7 +361,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
                                                      sh, blk);
         } else if (bl_bwd_packed_chosen(totals)) {
             if (blk < r64_blocks)
-                postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+                postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
+                                                     tile);
         } else if (blk < r80_blocks) {
             postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
         }

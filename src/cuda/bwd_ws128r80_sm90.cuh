@@ -83,9 +83,10 @@ __device__ __forceinline__ uint32_t r80_dq_offset(int warp, int t, int lane) {
 // The same query-group major (the masked walks but the causal aligned one): vector t of every
 // warp, then t + 1, so that each piece of a packed entry (whole groups of 8 queries) is one
 // contiguous run of the staging, and of the BL_DQ_TILES64R block it adds into
-// (r80_reduce_packed); aligned entries add theirs whole into BL_DQ_TILES80G blocks. Takes the consumer thread ct = 32 warp + lane:
-// written with warp and lane, ptxas rebuilt the address from them for every t (a shift, two
-// LOP3 and a LEA per store; ncu, bench/results/bwd-s22.txt run 7) instead of an immediate offset.
+// (r80_reduce_packed); aligned entries add theirs whole into BL_DQ_TILES80G blocks. Takes the
+// consumer thread ct = 32 warp + lane: written with warp and lane, ptxas rebuilt the address
+// from them for every t (a shift, two LOP3 and a LEA per store; ncu, bench/results/bwd-s22.txt
+// run 7) instead of an immediate offset (bench/results/bwd-s31-causal-packed.txt run 2).
 __device__ __forceinline__ uint32_t r80_dq_offset_grouped(int ct, int t) {
     return (uint32_t)((t * WARPS * 32 + ct) * 4);
 }
@@ -268,9 +269,10 @@ __device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) 
 // call's aligned 80-row entries (LISTS: p.lists80; the rows of an entry's unkept 64-row tile get
 // P = 0 through their lse, r80_tma_row_tile), or a masked non-causal call's aligned entries
 // (MASKED), or a masked call's packed ones (PACKED: r80_packed, with or without a causal mask),
-// whichever the entry totals find cheaper (bl_bwd_packed_chosen). Aligned and packed entries are two instantiations, not a branch in one
-// kernel: with the packed code beside it the aligned walk ran 1-2.5 % slower on the bench's
-// nearly full video masks (bench/results/bwd-s22.txt, run 4).
+// whichever the entry totals find cheaper (bl_bwd_packed_chosen). Aligned and packed entries are
+// two instantiations, not a branch in one kernel: with the packed code beside it the aligned
+// walk ran 1-2.5 % slower on the bench's nearly full video masks (bench/results/bwd-s22.txt,
+// run 4).
 enum r80_entries { R80_DENSE = 0, R80_LISTS = 1, R80_MASKED = 2, R80_PACKED = 3 };
 
 // How the products' accumulators start. Each product's first wgmma does not accumulate (scale-d
@@ -399,7 +401,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     if (!CAUSAL) s_entry[2 + buf] = key_limit;  // released by the FULL arrive
                     if (CAUSAL && packed) {
                         // Each piece's room (the consumers' causal branch): entry row ir of
-                        // piece A is query 64 ma + 64 - rows_a + ir, of piece B 64 mb - rows_a + ir.
+                        // piece A is query 64 ma + 64 - rows_a + ir, of piece B
+                        // 64 mb - rows_a + ir.
                         s_entry[buf] = BL_BWD_TM * (e.ma + 1) - e.rows_a + causal_base;
                         s_entry[2 + buf] = BL_BWD_TM * e.mb - e.rows_a + causal_base;
                     }
