@@ -475,7 +475,7 @@ static int run_case(const Case &c) {
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
         pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
-               : !bl_bwd_rows80_chosen(tot) ? " [64 rows]"
+               : !bl_bwd_rows80_chosen(tot, c.causal) ? " [64 rows]"
                : !bl_bwd_packed_chosen(tot) ? " [80 rows]"
                                              : " [80 rows, packed]";
         // A mask that keeps every tile of a call without a causal mask must take the dense
@@ -485,10 +485,11 @@ static int run_case(const Case &c) {
         if (bl_bwd_masked_full(tot) != full) ok = 0;
         // Cases written for packed (or aligned) entries must still reach them: a change of the
         // cost constants would otherwise leave that path unchecked without a word.
-        const bool packed = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) &&
+        const bool packed = bl_bwd_rows80_chosen(tot, c.causal) && !bl_bwd_masked_full(tot) &&
                             bl_bwd_packed_chosen(tot);
-        const bool aligned = bl_bwd_rows80_chosen(tot) && !bl_bwd_masked_full(tot) && !packed;
-        const bool rows64 = !bl_bwd_rows80_chosen(tot);
+        const bool aligned = bl_bwd_rows80_chosen(tot, c.causal) && !bl_bwd_masked_full(tot) &&
+                             !packed;
+        const bool rows64 = !bl_bwd_rows80_chosen(tot, c.causal);
         if (variant == BL_BWD_VARIANT_WGMMA && ((c.pick == kPickPacked && !packed) ||
                                                 (c.pick == kPickAligned && !aligned) ||
                                                 (c.pick == kPickRows64 && !rows64)))

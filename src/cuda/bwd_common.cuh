@@ -74,11 +74,16 @@ struct bl_bwd_workspace {
 // they run where the columns keep more than ~40 64-row tiles each (ceil(4 c / 5) x 79 < 64 c;
 // 16k: above ~16 % kept, 32k: above ~8 %). Against aligned entries they lose on nearly full
 // masks (32k x 24 video at 96 % kept: +0.9..1.8 %), so there they count 80: they run only
-// where they skip more than ~6 % of the aligned entries' rows.
+// where they skip more than ~6 % of the aligned entries' rows. With a causal mask they count 77
+// against version 10: at cost 79 version 10 ran 16k x 16 causal at 25 % kept and 32k x 24 at
+// 10 %, where the packed walk took 2.7 / 2.1 % less (main kernel and dq conversion under ncu;
+// level at 16k 10 %, whose totals put the break-even at 76.9;
+// bench/results/bwd-s31-causal-packed.txt run 4).
 enum {
     BL_R80_ENTRY_COST = 75,
     BL_R64_ENTRY_COST = 64,
     BL_PACKED_ENTRY_COST = 79,
+    BL_PACKED_ENTRY_COST_CAUSAL = 77,
     BL_PACKED_VS_ALIGNED_COST = 80
 };
 // An 80-row list entry: hl << BL_R80_ENTRY_HL_SHIFT | m << 2 | bits (m < 2^18, hl < 2^11).
@@ -113,16 +118,20 @@ __host__ __device__ inline bool bl_bwd_aligned80_cheaper(const unsigned long lon
 }
 // Whether a masked call's 80-row entries (the cheaper of the aligned and the packed ones) cost
 // less than its 64-row ones.
-__host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals) {
+__host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals,
+                                                      bool causal) {
+    const unsigned long long packed_cost =
+        causal ? BL_PACKED_ENTRY_COST_CAUSAL : BL_PACKED_ENTRY_COST;
     const unsigned long long cost80 = bl_bwd_packed_chosen(totals)
-                                          ? totals[3] * BL_PACKED_ENTRY_COST
+                                          ? totals[3] * packed_cost
                                           : totals[1] * BL_R80_ENTRY_COST;
     return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
-__host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals) {
-    return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals);
+__host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals,
+                                                     bool causal) {
+    return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals, causal);
 }
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);

@@ -355,7 +355,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
     const int64_t r64_blocks = dm.batch * dm.heads_q * dm.tiles_m;
     if (CAUSAL) {
-        if (!bl_bwd_rows80_chosen(totals)) {
+        if (!bl_bwd_rows80_chosen(totals, true)) {
             if (blk < r80_blocks)
                 postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
                                                      sh, blk);
@@ -368,7 +368,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
         }
         return;
     }
-    const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals);
+    const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals, false);
     if (full || (rows80 && !bl_bwd_packed_chosen(totals))) {
         if (blk >= r80_blocks) return;
         if (full)

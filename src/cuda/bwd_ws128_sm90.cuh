@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     // returns before anything else.
     if (p.totals != nullptr) {
         griddep_launch_dependents();
-        if (bl_bwd_rows80_chosen(p.totals)) return;
+        if (bl_bwd_rows80_chosen(p.totals, p.causal != 0)) return;
     }
     constexpr int D = 128;
     using L = wg_smem<D>;
