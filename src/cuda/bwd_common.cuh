@@ -76,7 +76,7 @@ struct bl_bwd_workspace {
 // masks (32k x 24 video at 96 % kept: +0.9..1.8 %), so there they count 80: they run only
 // where they skip more than ~6 % of the aligned entries' rows. With a causal mask they count 77
 // against version 10: at cost 79 version 10 ran 16k x 16 causal at 25 % kept and 32k x 24 at
-// 10 %, where the packed walk took 2.7 / 2.1 % less (main kernel and dq conversion under ncu;
+// 10 %, where the packed walk took 3.4 / 2.1 % less (main kernel and dq conversion under ncu;
 // level at 16k 10 %, whose totals put the break-even at 76.9;
 // bench/results/bwd-s31-causal-packed.txt run 4).
 enum {
