@@ -33,9 +33,9 @@ CALL_START = "bl_bwd_list_kernel"  # the first kernel of every head-dim-128 back
 def shape_parts(records, split):
     """[(shape, kernel, us)] of one log's launches `records` [(kernel, grid, us)], cut into
     `split` shapes (see the usage); and whether by whole calls."""
-    if split == 1:
-        return [(0, name, us) for name, _grid, us in records], False
     starts = [i for i, (name, _grid, _us) in enumerate(records) if name == CALL_START]
+    if split == 1:
+        return [(0, name, us) for name, _grid, us in records], bool(starts)
     if starts:
         calls = [records[a:b] for a, b in zip(starts, starts[1:] + [len(records)])]
         shape_of, shape = [], 0
@@ -73,10 +73,10 @@ def main(argv):
         _, build, mode, _round = parts
         if mode not in modes:
             modes.append(mode)
-        parts, whole_calls = shape_parts(launch_records(path), split)
+        launch_shapes, whole_calls = shape_parts(launch_records(path), split)
         if whole_calls:
             by_calls.add(mode)
-        for shape, name, us in parts:
+        for shape, name, us in launch_shapes:
             if us >= MIN_US:
                 times[(mode, shape, name, build)].append(us)
     for mode in modes:
