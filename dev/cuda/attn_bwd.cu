@@ -17,9 +17,9 @@
 // (the library's fallback where TMA cannot describe Q / dO), the mma.sync kernel when built in,
 // and the previous version (D = 64: version 1 of bwd_wgmma_sm90.cuh; D = 128: version 3b).
 // `bench64` / `bench128` time the shipped kernel against its cp.async form.
-// `sparse1 [KEEP]` / `sparsec [KEEP]` / `sparse64 [KEEP]`: dense, then one random tile mask
-// keeping KEEP (default 0.01): 16k x 16 x 128 full and causal / causal at 16k x 16 and 32k x 24 /
-// head dim 64. `select1`: 16k x 16 x 128 full and causal, dense then the selections from a
+// `sparse1 [KEEP]` / `sparsec [KEEP]` / `sparsen [KEEP]` / `sparse64 [KEEP]`: dense, then one
+// random tile mask keeping KEEP (default 0.01): 16k x 16 x 128 full and causal / causal at 16k x
+// 16 and 32k x 24 / the same two shapes without a causal mask / head dim 64. `select1`: 16k x 16 x 128 full and causal, dense then the selections from a
 // banded W. `dense128`: the bench's head-dim-128 shapes (16k x 16, 32k x 24), dense only.
 // `densenc`: dense non-causal head dim 128 at 8k, 16k, 32k (the 80-row kernel); `r80ab`: the
 // same shapes, the 80-row kernel against the 64-row one (BL_BWD_VARIANT_WS128_ROWS64), three
@@ -774,6 +774,12 @@ int main(int argc, char **argv) {
         g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
         bench_shape(1, 16384, 16, 128, 1);
         bench_shape(1, 32768, 24, 128, 1);
+        return 0;
+    }
+    if (!strcmp(what, "sparsen")) {  // non-causal only, at 16k and at the bench's 32k x 24 shape
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
+        bench_shape(1, 16384, 16, 128, 0);
+        bench_shape(1, 32768, 24, 128, 0);
         return 0;
     }
     if (!strcmp(what, "sparse64")) {  // the same at head dim 64, and the bench's 4 x 4096 shape
