@@ -68,23 +68,23 @@ struct bl_bwd_workspace {
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
 // the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
 // A masked call takes the 80-row kernel where its entries cost less in all. Packed entries
-// (bwd_ws128r80_sm90.cuh: rows gathered from two 64-row tiles, every row kept) measured ~3 %
-// faster than version 10's at 50 % random kept and video masks at 20-75 %, level at 25 %, ~2 %
-// slower at 10 % (bench/results/bwd-s21.txt; bwd-s22.txt run 1): at cost 79 against its 64
-// they run where the columns keep more than ~40 64-row tiles each (ceil(4 c / 5) x 79 < 64 c;
-// 16k: above ~16 % kept, 32k: above ~8 %). Against aligned entries they lose on nearly full
-// masks (32k x 24 video at 96 % kept: +0.9..1.8 %), so there they count 80: they run only
-// where they skip more than ~6 % of the aligned entries' rows. With a causal mask they count 77
-// against version 10: at cost 79 version 10 ran 16k x 16 causal at 25 % kept and 32k x 24 at
-// 10 %, where the packed walk took 3.4 / 2.1 % less (main kernel and dq conversion under ncu;
-// level at 16k 10 %, whose totals put the break-even at 76.9;
-// bench/results/bwd-s31-causal-packed.txt run 4).
+// (bwd_ws128r80_sm90.cuh: rows gathered from two 64-row tiles, every row kept) count 76 against
+// version 10's 64, with a causal mask or without: measured so in the thirtieth session, every
+// kernel of the call under ncu (bench/results/bwd-s34-pick-costs.txt run 1; non-causal 16k 10 %
+// kept: packed 2.5 % faster where 79 had picked version 10; 16k 3 % 1.5 % slower, 32k 3 % 1.1 %
+// faster, i.e. break-evens at 76.2-76.7; causal 75.4-76.9, bwd-s31-causal-packed.txt run 4).
+// Against aligned 80-row entries, without a causal mask, a packed entry costs what an aligned
+// one does (8k x 16 at 95 % kept: 26.3 ns an entry both; the packed call 4.7 % faster where
+// the older rule, 80 against 75, had kept aligned entries), so packed entries run wherever they
+// are fewer. With a causal mask a packed entry costs 2.6 % more (the per-tile diagonal cuts:
+// 8k x 16 causal, every tile kept, 26.5 against 25.8 ns; the aligned call 1.2 % faster, run 2),
+// so there they count 77 against 75.
 enum {
     BL_R80_ENTRY_COST = 75,
     BL_R64_ENTRY_COST = 64,
-    BL_PACKED_ENTRY_COST = 79,
-    BL_PACKED_ENTRY_COST_CAUSAL = 77,
-    BL_PACKED_VS_ALIGNED_COST = 80
+    BL_PACKED_ENTRY_COST = 76,
+    BL_PACKED_VS_ALIGNED_COST = 75,
+    BL_PACKED_VS_ALIGNED_COST_CAUSAL = 77
 };
 // An 80-row list entry: hl << BL_R80_ENTRY_HL_SHIFT | m << 2 | bits (m < 2^18, hl < 2^11).
 enum { BL_R80_ENTRY_HL_SHIFT = 20 };
@@ -107,9 +107,11 @@ __host__ __device__ inline int bl_bwd_packed_count(int c64) {
     return c64 == 0 ? 1 : (4 * c64 + 4) / 5;
 }
 // Whether a masked call runs its 80-row entries packed rather than aligned.
-__host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *totals) {
-    return totals[3] != 0 &&
-           totals[3] * BL_PACKED_VS_ALIGNED_COST < totals[1] * BL_R80_ENTRY_COST;
+__host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *totals,
+                                                     bool causal) {
+    const unsigned long long packed_cost =
+        causal ? BL_PACKED_VS_ALIGNED_COST_CAUSAL : BL_PACKED_VS_ALIGNED_COST;
+    return totals[3] != 0 && totals[3] * packed_cost < totals[1] * BL_R80_ENTRY_COST;
 }
 // Whether a masked call's aligned 80-row entries cost less than its 64-row ones (the pick the
 // dense causal walk's code keeps: it never runs a masked call).
@@ -120,10 +122,8 @@ __host__ __device__ inline bool bl_bwd_aligned80_cheaper(const unsigned long lon
 // less than its 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals,
                                                       bool causal) {
-    const unsigned long long packed_cost =
-        causal ? BL_PACKED_ENTRY_COST_CAUSAL : BL_PACKED_ENTRY_COST;
-    const unsigned long long cost80 = bl_bwd_packed_chosen(totals)
-                                          ? totals[3] * packed_cost
+    const unsigned long long cost80 = bl_bwd_packed_chosen(totals, causal)
+                                          ? totals[3] * BL_PACKED_ENTRY_COST
                                           : totals[1] * BL_R80_ENTRY_COST;
     return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }

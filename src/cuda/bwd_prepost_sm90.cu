@@ -359,7 +359,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
             if (blk < r80_blocks)
                 postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
                                                      sh, blk);
-        } else if (bl_bwd_packed_chosen(totals)) {
+        } else if (bl_bwd_packed_chosen(totals, true)) {
             if (blk < r64_blocks)
                 postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
                                                      tile);
@@ -369,7 +369,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
         return;
     }
     const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals, false);
-    if (full || (rows80 && !bl_bwd_packed_chosen(totals))) {
+    if (full || (rows80 && !bl_bwd_packed_chosen(totals, false))) {
         if (blk >= r80_blocks) return;
         if (full)
             postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);

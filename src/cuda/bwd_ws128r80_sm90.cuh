@@ -317,11 +317,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     if (p.totals != nullptr) {
         if constexpr (CAUSAL && PACKED) {
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals, true) || !bl_bwd_packed_chosen(p.totals)) return;
+            if (!bl_bwd_rows80_cheaper(p.totals, true) || !bl_bwd_packed_chosen(p.totals, true)) return;
         } else if constexpr (CAUSAL && LISTS) {
             griddep_launch_dependents();  // the packed kernel behind it
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals, true) || bl_bwd_packed_chosen(p.totals)) return;
+            if (!bl_bwd_rows80_cheaper(p.totals, true) || bl_bwd_packed_chosen(p.totals, true)) return;
         } else if constexpr (CAUSAL) {
             griddep_wait();
             if (!bl_bwd_aligned80_cheaper(p.totals)) return;
@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             griddep_wait();
             const bool full = bl_bwd_masked_full(p.totals);
             if (MASKED ? full || !bl_bwd_rows80_cheaper(p.totals, false) ||
-                             bl_bwd_packed_chosen(p.totals) != PACKED
+                             bl_bwd_packed_chosen(p.totals, false) != PACKED
                        : !full)
                 return;
         }

@@ -157,17 +157,19 @@ def test_gpu_select_is_the_cpu_rule_bit_for_bit(tiles_n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("keep", [0.6, 0.97])
-def test_gpu_masked_80_row_entries(dtype, keep):
-    """Masked head-dim-128 calls without a causal mask that the device runs on 80-row entries:
-    at 60 % kept packed ones (a key tile's kept 64-row tiles end to end: ~110 of them per key
-    tile here, 4 query heads on one K / V head, so the rule picks packed entries whatever the
-    rounding -- the dev checker's packed cases assert that pick), at 97 % aligned ones. Sq is a
-    multiple of neither 64 nor 80 (padding rows from past the sequence end)."""
-    q, k, v = random_qkv(1, 3000, 300, 4, 1, 128, dtype, DEV)
+@pytest.mark.parametrize("sq, keep", [(3000, 0.6), (3000, 0.97), (160, 0.95)])
+def test_gpu_masked_80_row_entries(dtype, sq, keep):
+    """Masked head-dim-128 calls without a causal mask that the device runs on 80-row entries,
+    4 query heads on one K / V head: at 60 % kept packed ones (a key tile's kept 64-row tiles end
+    to end: ~110 of them per key tile here, so the rule picks packed entries whatever the
+    rounding -- the dev checker's packed cases assert that pick); at 97 % packed and aligned
+    entries are about as many (either may run); three-tile columns at 95 % take aligned ones (the
+    dev checker's case that asserts it). Sq is a multiple of neither 64 nor 80 in the first two
+    (padding rows from past the sequence end)."""
+    q, k, v = random_qkv(1, sq, 300 if sq > 1000 else 700, 4, 1, 128, dtype, DEV)
     dout = torch.randn(q.shape, device=DEV).to(dtype)
     out, lse, _ = back_lite.forward(q, k, v)
-    tm, tn = back_lite.num_tiles(3000, 300, DEV)
+    tm, tn = back_lite.num_tiles(q.shape[1], k.shape[1], DEV)
     mask = torch.rand(1, 4, tm, tn, device=DEV) < keep
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
     scale = 1.0 / math.sqrt(128)
