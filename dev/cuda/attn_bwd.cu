@@ -924,8 +924,10 @@ int main(int argc, char **argv) {
         // version 10 storing row tiles of one entry, row tiles nobody keeps
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
         // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
-        // ceil(4 c / 5) x 79 < 64 c whatever the rounding
+        // ceil(4 c / 5) x 76 < 64 c whatever the rounding
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
+        // ... with a NaN row (it stays in the key tiles that keep its tile)
+        cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 1, 0, kPickPacked});
         // ... with a causal mask (columns of up to 24 x 8 tiles, half of them on the diagonal)
         cases.push_back({1, 512, 1024, 24, 1, 128, 1, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
         // 280 key tiles: more than one schedule window (264 positions on 132 SMs)

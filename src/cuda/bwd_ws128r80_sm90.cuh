@@ -104,32 +104,61 @@ __device__ __forceinline__ const int *r80_list(const bwd_params &p, const ws_col
     return p.lists80 + ((cl.b * dm.heads_k + cl.g) * dm.tiles_n + cl.n) * (dm.group * dm.tiles_m80);
 }
 
-// TMA of the 80-row tile (q head h, rows 80m..) of Q and dO (p.tm_q80 / p.tm_do80) into buffer
-// `buf`, and its lse_log2 / Dlt rows, completing on the buffer's FULL mbarrier; m into the
-// buffer's entry slot first (the arrive releases it to the waiters: the causal diagonal needs
-// it). bits (3 on dense calls): which of the entry's two 64-row tiles are kept. The entry's
-// rows 80m.. start 16 (m % 4) rows into 64-row tile 80m / 64, so the next tile starts at row
-// `split` of the entry; the rows of an unkept one take their lse_log2 / Dlt from p.unkept_rows
-// (+inf / 0): the bytes on the barrier are the same, the consumers' code is the dense call's.
+// Granularity of the rows an entry loads apart: packed entries' pieces, aligned entries' kept
+// and unkept rows (p.tm_qp: boxes of 16, 32, 48 rows).
+constexpr int R80_PACKED_BOX = 16;
+
+// Q / dO rows [lo, hi) of an 80-row entry into buffer `buf` from sequence row `row` of q head h,
+// by maps mq / mdo whose box is hi - lo rows. From row Sq_pad on TMA fills the box with zeros.
+__device__ __forceinline__ void r80_tma_rows(const CUtensorMap *mq, const CUtensorMap *mdo,
+                                             uint32_t s0, int buf, int64_t b, int64_t h, int row,
+                                             int lo) {
+    using L = r80_smem;
+    const uint32_t bar = s0 + L::BARS + ws_bars::FULL + 8 * buf;
+    const uint32_t sq = s0 + L::Q + buf * L::TILE + lo * PANEL_ROW_BYTES;
+    const uint32_t sdo = s0 + L::DO + buf * L::TILE + lo * PANEL_ROW_BYTES;
+#pragma unroll
+    for (int panel = 0; panel < L::D / PANEL_COLS; ++panel) {
+        tma_load_4d(sq + panel * L::QPANEL, mq, bar, panel * PANEL_COLS, row, (int)h, (int)b);
+        tma_load_4d(sdo + panel * L::QPANEL, mdo, bar, panel * PANEL_COLS, row, (int)h, (int)b);
+    }
+}
+
+// TMA of the 80-row tile (q head h, rows 80m..) of Q and dO into buffer `buf`, and its lse_log2
+// / Dlt rows, completing on the buffer's FULL mbarrier; m into the buffer's entry slot first
+// (the arrive releases it to the waiters: the causal diagonal needs it). bits (3 on dense calls):
+// which of the entry's two 64-row tiles are kept. The entry's rows 80m.. start 16 (m % 4) rows
+// into 64-row tile 80m / 64, so the next tile starts at row `split` of the entry. The rows of an
+// unkept one are zeros (Q and dO from past the sequence end) with lse_log2 / Dlt from
+// p.unkept_rows (+inf / 0), so that their P and dS are exactly 0 and they add nothing to dK / dV
+// even where the inputs hold NaN or inf (with their real Q / dO rows, lse = +inf alone left
+// exp2(NaN - inf) = NaN, and dS^T Q spread a NaN Q row into the column's dK). The bytes on the
+// barrier are the same, the consumers' code is the dense call's. MASKED: bits may be other than 3
+// (the dense walks compile without that code: their SASS stays the one measured).
+template <bool MASKED>
 __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s0, int *entry_slots,
                                                  int buf, int64_t b, int64_t h, int64_t m, int bits) {
     using L = r80_smem;
     constexpr uint32_t ROW_BYTES = BM80 * sizeof(float);
+    static_assert(BM80 == 5 * R80_PACKED_BOX && BL_BWD_TM == 4 * R80_PACKED_BOX,
+                  "an entry's kept and unkept rows are whole boxes of p.tm_qp / p.tm_q");
     const uint32_t bar = s0 + L::BARS + ws_bars::FULL + 8 * buf;
     entry_slots[buf] = (int)m;
     mbarrier_arrive_expect_tx(bar, 2 * L::TILE + 2 * ROW_BYTES);
     const int row0 = (int)(m * BM80);
+    if (!MASKED || bits == 3) {
 #pragma unroll
-    for (int panel = 0; panel < L::D / PANEL_COLS; ++panel) {
-        tma_load_4d(s0 + L::Q + buf * L::TILE + panel * L::QPANEL, &p.tm_q80, bar,
-                    panel * PANEL_COLS, row0, (int)h, (int)b);
-        tma_load_4d(s0 + L::DO + buf * L::TILE + panel * L::QPANEL, &p.tm_do80, bar,
-                    panel * PANEL_COLS, row0, (int)h, (int)b);
+        for (int panel = 0; panel < L::D / PANEL_COLS; ++panel) {
+            tma_load_4d(s0 + L::Q + buf * L::TILE + panel * L::QPANEL, &p.tm_q80, bar,
+                        panel * PANEL_COLS, row0, (int)h, (int)b);
+            tma_load_4d(s0 + L::DO + buf * L::TILE + panel * L::QPANEL, &p.tm_do80, bar,
+                        panel * PANEL_COLS, row0, (int)h, (int)b);
+        }
     }
     const int64_t rows = (b * p.dm.heads_q + h) * p.dm.seqlen_q_pad + row0;
     const uint32_t s_lse = s0 + L::ROWS + buf * ROW_BYTES;
     const uint32_t s_dlt = s0 + L::ROWS + (2 + buf) * ROW_BYTES;
-    if (bits == 3) {
+    if (!MASKED || bits == 3) {
         bulk_load(s_lse, p.lse_log2 + rows, ROW_BYTES, bar);
         bulk_load(s_dlt, p.dlt + rows, ROW_BYTES, bar);
         return;
@@ -138,10 +167,23 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
     const int split = BL_BWD_TM - (BM80 - BL_BWD_TM) * (int)(m & 3);
     const int lo = (bits & 1) ? 0 : split, hi = (bits & 2) ? BM80 : split;
     const int ulo = (bits & 1) ? split : 0, uhi = (bits & 1) ? BM80 : (bits & 2) ? split : BM80;
+    // the map of a range of x rows: 80 (bits 0: the padding entry of a column with nothing
+    // kept), 64, or 48 / 32 / 16 (p.tm_qp)
+    auto rows_tma = [&](int x, int row, int at) {
+        const int i = x / R80_PACKED_BOX - 1;
+        if (i == 4)
+            r80_tma_rows(&p.tm_q80, &p.tm_do80, s0, buf, b, h, row, at);
+        else if (i == 3)
+            r80_tma_rows(&p.tm_q, &p.tm_do, s0, buf, b, h, row, at);
+        else
+            r80_tma_rows(&p.tm_qp[i], &p.tm_dop[i], s0, buf, b, h, row, at);
+    };
     if (hi > lo) {
+        rows_tma(hi - lo, row0 + lo, lo);
         bulk_load(s_lse + 4 * lo, p.lse_log2 + rows + lo, 4 * (hi - lo), bar);
         bulk_load(s_dlt + 4 * lo, p.dlt + rows + lo, 4 * (hi - lo), bar);
     }
+    rows_tma(uhi - ulo, (int)p.dm.seqlen_q_pad, ulo);
     bulk_load(s_lse + 4 * ulo, p.unkept_rows + ulo, 4 * (uhi - ulo), bar);
     bulk_load(s_dlt + 4 * ulo, p.unkept_rows + BM80 + ulo, 4 * (uhi - ulo), bar);
 }
@@ -159,7 +201,6 @@ __device__ __forceinline__ void r80_tma_row_tile(const bwd_params &p, uint32_t s
 // A piece past the list's end is padding: TMA loads rows past Sq (zeros), lse = +inf and Dlt =
 // 0 from p.unkept_rows, so its P and dS are exactly 0 (even for NaN inputs), and it adds no dQ.
 // A column with nothing kept gets one entry of padding (its dK = dV = 0 come out of the loop).
-constexpr int R80_PACKED_BOX = 16;  // granularity of the packed entries' pieces (p.tm_qp)
 struct r80_packed_entry {
     int ha, ma;  // piece A: q head, 64-row tile; ha < 0: padding
     int hb, mb;  // piece B, the same
@@ -409,7 +450,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     if (packed)
                         r80_tma_packed(p, s0, buf, cl.b, e);
                     else
-                        r80_tma_row_tile(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl, m, bits);
+                        r80_tma_row_tile<aligned>(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl,
+                                                  m, bits);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
                         ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
