@@ -240,7 +240,9 @@ __device__ __forceinline__ void r80_tma_packed(const bwd_params &p, uint32_t s0,
     mbarrier_arrive_expect_tx(bar, 2 * L::TILE + 2 * ROW_BYTES);
     const int off = BL_BWD_TM - e.rows_a;
     const uint32_t sq = s0 + L::Q + buf * L::TILE, sdo = s0 + L::DO + buf * L::TILE;
-    // rows [lo, hi) of the entry from (q head h, sequence row r0), by maps of hi - lo rows
+    // rows [lo, hi) of the entry from (q head h, sequence row r0), by maps of hi - lo rows (the
+    // loop of r80_tma_rows written out: through that helper ptxas schedules this kernel
+    // differently, and its SASS is the one measured)
     auto piece = [&](const CUtensorMap *mq, const CUtensorMap *mdo, int h, int r0, int lo) {
         const int hh = h < 0 ? 0 : h, row = h < 0 ? (int)p.dm.seqlen_q_pad : r0;
 #pragma unroll
@@ -358,11 +360,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     if (p.totals != nullptr) {
         if constexpr (CAUSAL && PACKED) {
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals, true) || !bl_bwd_packed_chosen(p.totals, true)) return;
+            if (!bl_bwd_rows80_cheaper(p.totals, true) || !bl_bwd_packed_chosen(p.totals, true))
+                return;
         } else if constexpr (CAUSAL && LISTS) {
             griddep_launch_dependents();  // the packed kernel behind it
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals, true) || bl_bwd_packed_chosen(p.totals, true)) return;
+            if (!bl_bwd_rows80_cheaper(p.totals, true) || bl_bwd_packed_chosen(p.totals, true))
+                return;
         } else if constexpr (CAUSAL) {
             griddep_wait();
             if (!bl_bwd_aligned80_cheaper(p.totals)) return;
