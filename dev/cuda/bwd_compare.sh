@@ -8,8 +8,8 @@
 #   ncu --metrics gpu__time_duration.sum -k regex:REGEX
 # (locked clocks; the event medians of identical kernels wander by 1-2 %), logs
 # $OUT/ncu__BUILD__MODE__ROUND.txt and per mode each kernel's median per build
-# (ncu_ab_summary.py; sparse64 runs 3 shapes and sparse1 / sparsec / sparsen 2, reported apart). With NCU
-# the dev checker's dense reference call is skipped unless SKIP_DENSE=0.
+# (ncu_ab_summary.py; sparse64 runs 3 shapes and sparse1 / sparsec / sparsen 2, reported apart).
+# With NCU the dev checker's dense reference call is skipped unless SKIP_DENSE=0.
 # SKIP_CHECK=1: timings only (the same builds' check already ran on the device).
 # How bench/results/bwd-s9-persistent.txt (runs 6, 7) and bwd-s9-schedule.txt were made (events),
 # and bwd-s30-zero-acc.txt's runs (ncu, then as ad-hoc scripts of the same steps), e.g.
@@ -53,7 +53,11 @@ for mode in "${modes[@]}"; do
         done
     done
     if [ -n "${NCU:-}" ]; then
-        case "$mode" in sparse64*) split=3 ;; sparse1* | sparsec* | sparsen*) split=2 ;; *) split=1 ;; esac
+        case "$mode" in
+            sparse64*) split=3 ;;
+            sparse1* | sparsec* | sparsen*) split=2 ;;
+            *) split=1 ;;
+        esac
         python3 "$(dirname "$0")/ncu_ab_summary.py" --split "$split" "${1// /,}" \
             "$OUT"/ncu__*__"${tag}"__*.txt | tee -a "$OUT/summary.txt"
     fi
