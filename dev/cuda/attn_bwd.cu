@@ -21,9 +21,10 @@
 // random tile mask keeping KEEP (default 0.01): 16k x 16 x 128 full and causal / causal at 16k x
 // 16 and 32k x 24 / the same two shapes without a causal mask / head dim 64. `select1`: 16k x 16
 // x 128 full and causal, dense then the selections from a banded W. `dense128`: the bench's
-// head-dim-128 shapes (16k x 16, 32k x 24), dense only. `densenc`: dense non-causal head dim 128 at 8k, 16k, 32k (the 80-row kernel); `r80ab`: the
-// same shapes, the 80-row kernel against the 64-row one (BL_BWD_VARIANT_WS128_ROWS64), three
-// alternating rounds in one process; `r80ab causal`: the same at 16k x 16 and 32k x 24, causal.
+// head-dim-128 shapes (16k x 16, 32k x 24), dense only. `densenc`: dense non-causal head dim
+// 128 at 8k, 16k, 32k (the 80-row kernel); `r80ab`: the same shapes, the 80-row kernel against
+// the 64-row one (BL_BWD_VARIANT_WS128_ROWS64), three alternating rounds in one process; `r80ab
+// causal`: the same at 16k x 16 and 32k x 24, causal.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
