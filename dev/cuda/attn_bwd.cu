@@ -479,10 +479,15 @@ static int run_case(const Case &c) {
                : !bl_bwd_rows80_chosen(tot, c.causal) ? " [64 rows]"
                : !bl_bwd_packed_chosen(tot, c.causal) ? " [80 rows]"
                                              : " [80 rows, packed]";
-        // A mask that keeps every tile of a call without a causal mask must take the dense
-        // kernel, and no other mask may (causal calls never do: bl_bwd_masked_full).
-        const bool full = !c.causal && std::all_of(mask.begin(), mask.end(),
-                                                   [](uint8_t x) { return x != 0; });
+        // A mask that keeps every tile (every tile a causal mask allows: the row tiles from
+        // Tm - bl_bwd_allowed_row_tiles(n) on) must take the dense kernel, and no other mask may.
+        const bl_bwd_dims dm = bl_bwd_make_dims(&desc);
+        bool full = true;
+        for (size_t t = 0; t < mask.size(); ++t) {
+            const int64_t n = (int64_t)t % dm.tiles_n, m = (int64_t)t / dm.tiles_n % dm.tiles_m;
+            if (!mask[t] && m >= dm.tiles_m - bl_bwd_allowed_row_tiles(dm, c.causal, n))
+                full = false;
+        }
         if (bl_bwd_masked_full(tot) != full) ok = 0;
         // Cases written for packed (or aligned) entries must still reach them: a change of the
         // cost constants would otherwise leave that path unchecked without a word.
@@ -922,6 +927,7 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 0, 0, 0, 0, 0});  // the same, causal
         cases.push_back({1, 170, 300, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});  // masked: 80 rows chosen
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 0.6, 0, 0, 0});  // 64 chosen; r80m3 forced
+        cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 1.0, 0, 0, 0});  // causal, every tile: dense
         // version 10 storing row tiles of one entry, row tiles nobody keeps
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
         // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
@@ -968,8 +974,9 @@ int main(int argc, char **argv) {
         cases.push_back({2, 250, 250, 2, 2, 128, 1, BF, 0, 0, 0, 1, 0});
         cases.push_back({1, 1500, 300, 2, 1, 128, 1, FP, 0, 0, 0, 0, 0});
         cases.push_back({1, 50, 700, 2, 2, 128, 1, BF, 0, 0, 0, 0, 0});
-        // Masks that keep every tile: the device picks the 80-row kernel (r64 forces version 10);
-        // causal with a mask that keeps most tiles (80 rows picked); masked causal Sq > Sk.
+        // Masks that keep every tile (every tile a causal mask allows): the device picks the dense
+        // 80-row kernel (r64 forces version 10); causal with a mask that keeps most tiles (80
+        // rows picked); masked causal Sq > Sk.
         cases.push_back({1, 300, 500, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
         cases.push_back({2, 170, 257, 2, 2, 128, 0, FP, 1, 1.0, 0, 1, 0});
         cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
@@ -990,13 +997,14 @@ int main(int argc, char **argv) {
         // Masked causal calls on packed entries (each piece with its own diagonal), MQA with
         // columns of many kept 64-row tiles (packed costs 76 x ceil(4 c / 5) against 64 c: ~5 %
         // less in these totals, where the per-column rounding is 0.1 %): Sq = Sk not a multiple
-        // of 64, Sq > Sk with rows that see no key, Sq < Sk strided; and Sq < Sk with every tile
-        // kept, where the aligned entries cost less (828 x 75 against 864 packed x 77; at 99 %
-        // random kept the two are within 1 % and either may run).
+        // of 64, Sq > Sk with rows that see no key, Sq < Sk strided; and Sq < Sk at 99 % kept,
+        // where the aligned entries cost less (~828 x 75 against ~855 packed x 77; with every
+        // tile kept the dense kernel runs: the 700 x 900 case above, and Sq > Sk below).
         cases.push_back({1, 2000, 2000, 8, 1, 128, 1, BF, 1, 0.6, 0, 0, 0, 0, kPickPacked});
         cases.push_back({1, 2500, 1000, 16, 1, 128, 1, FP, 1, 0.7, 0, 0, 0, 0, kPickPacked});
         cases.push_back({1, 1000, 2000, 16, 1, 128, 1, BF, 1, 0.8, 0, 1, 0, 0, kPickPacked});
-        cases.push_back({1, 2000, 3000, 2, 2, 128, 1, BF, 1, 1.0, 0, 0, 0, 0, kPickAligned});
+        cases.push_back({1, 2000, 3000, 2, 2, 128, 1, BF, 1, 0.99, 0, 0, 0, 0, kPickAligned});
+        cases.push_back({1, 900, 300, 2, 2, 128, 1, BF, 1, 1.0, 0, 0, 0});
         // Version 10 on sparse masks, where a row tile's only entry stores its dQ and tiles no
         // key tile keeps are converted without a read (they must come out 0):
         // GQA with Sq not a multiple of 64, causal, a NaN row, strided, and more key tiles than

@@ -297,8 +297,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // its own dq accumulator layouts: dense calls always; masked and selected calls where their
     // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_cheaper): aligned entries,
     // or packed ones where those cost less (bl_bwd_packed_chosen: the kept 64-row tiles end to
-    // end, Q / dO by pieces), and the dense walk where a mask without a causal one keeps every
-    // tile (bl_bwd_masked_full). Only the device knows the lists, so
+    // end, Q / dO by pieces), and the dense walk where a mask keeps every tile (every tile a
+    // causal mask allows: bl_bwd_masked_full). Only the device knows the lists, so
     // version 10 and the 80-row kernels of a masked call are all launched and those not picked
     // return at once; the postprocess reads the same choice (BL_DQ_CHOSEN, BL_DQ_PACKED). Dev
     // variants force a kernel (the 80-row one on aligned entries).
@@ -394,11 +394,11 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                         : launch_rows80<__half>(p, e, num_cols, stream);
         };
         BL_TRY(launch(!masked ? R80_DENSE : d->causal ? R80_LISTS : R80_MASKED));
-        // The packed entries next, and without a causal mask last the dense kernel: it runs
-        // where the mask keeps every tile.
+        // The packed entries next, and last the dense kernel: it runs where the mask keeps
+        // every tile (every tile a causal mask allows).
         if (masked && !forced) {
             BL_TRY(launch(R80_PACKED));
-            if (!d->causal) BL_TRY(launch(R80_DENSE));
+            BL_TRY(launch(R80_DENSE));
         }
     } else {
         bl_status st;

@@ -55,10 +55,10 @@ struct bl_bwd_workspace {
     // tile with none as zeros without reading it. Bytes, not counters: nothing to zero first.
     uint8_t *dq_writers;
     // BL_BWD_TOTALS sums over the call's key tiles: {counts, counts80, tiles missing, packed
-    // entries (bl_bwd_packed_count)}, where the third counts the (q head,
-    // row tile) pairs of each key tile that the mask drops, without a causal mask (with one, 1
-    // per key tile: never full): which kernel takes a masked head-dim-128 call, read by all of
-    // them on the device (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
+    // entries (bl_bwd_packed_count)}, where the third counts the (q head, row tile) pairs of
+    // each key tile that the mask drops (with a causal mask, of those the causal mask allows):
+    // which kernel takes a masked head-dim-128 call, read by all of them on the device
+    // (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
     unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
     int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, its count80, 0}; the last {-1, 0, 0, 0}
@@ -93,11 +93,21 @@ inline bool bl_bwd_r80_lists_fit(const bl_bwd_dims &dm) {
            dm.group < (1 << (31 - BL_R80_ENTRY_HL_SHIFT));
 }
 enum { BL_BWD_TOTALS = 4 };
-// A masked call without a causal mask whose mask keeps every tile computes exactly the dense
-// gradients: the dense 80-row kernel runs it (the masked one's list decoding cost it 1.4-2 % on
-// such calls, bench/results/bench-2026-11-30-s16.txt). With a causal mask the masked kernel
-// runs at the dense one's speed, and the pick cost the dense causal kernel its code
-// (bench/results/bwd-s17.txt): such calls are never full.
+// The row tiles that share an allowed (query, key) pair with key tile n: all Tm without a causal
+// mask; with one, the tiles m whose last row min(TM (m + 1), Sq) - 1 sees a key of tile n (key j
+// of query i where j <= i + Sk - Sq): the lists kernel's rule, counted.
+__host__ __device__ inline int64_t bl_bwd_allowed_row_tiles(const bl_bwd_dims &dm, int causal,
+                                                            int64_t n) {
+    if (!causal) return dm.tiles_m;
+    const int64_t need = n * BL_BWD_TN + 1 - (dm.seqlen_k - dm.seqlen_q);  // min(.., Sq) >= need
+    if (need <= 0) return dm.tiles_m;
+    if (need > dm.seqlen_q) return 0;
+    return dm.tiles_m - ((need + BL_BWD_TM - 1) / BL_BWD_TM - 1);
+}
+// A masked call whose mask keeps every tile (every tile a causal mask allows) computes exactly
+// the dense gradients: the dense 80-row kernel runs it (without a causal mask the masked one's
+// list decoding cost 1.4-2 % on such calls, bench/results/bench-2026-11-30-s16.txt; with one
+// the aligned entries ran 1.2-1.9 % over the dense call in bench s34, bwd-s34-pick-costs.txt).
 __host__ __device__ inline bool bl_bwd_masked_full(const unsigned long long *totals) {
     return totals[2] == 0;
 }
@@ -112,11 +122,6 @@ __host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *t
     const unsigned long long packed_cost =
         causal ? BL_PACKED_VS_ALIGNED_COST_CAUSAL : BL_PACKED_VS_ALIGNED_COST;
     return totals[3] != 0 && totals[3] * packed_cost < totals[1] * BL_R80_ENTRY_COST;
-}
-// Whether a masked call's aligned 80-row entries cost less than its 64-row ones (the pick the
-// dense causal walk's code keeps: it never runs a masked call).
-__host__ __device__ inline bool bl_bwd_aligned80_cheaper(const unsigned long long *totals) {
-    return totals[1] * BL_R80_ENTRY_COST < totals[0] * BL_R64_ENTRY_COST;
 }
 // Whether a masked call's 80-row entries (the cheaper of the aligned and the packed ones) cost
 // less than its 64-row ones.

@@ -337,9 +337,10 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 // The layout of the kernel the device picked, one launch (a second, empty one cost ~4 us per
 // call, bench/results/bwd-s14-rows80.txt run 7):
 // - BL_DQ_CHOSEN (CAUSAL: a masked causal call), whose picks are the aligned entries'
-//   80-row blocks, the packed entries' 64-row ones (grouped), or version 10's rows, converted 80
-//   per CTA straight from the (B, Sq, Hq, D) accumulator (a grid over rows would run at the
-//   occupancy the 80-row path's shared memory allows);
+//   80-row blocks (or the dense kernel's, the same layout, where the mask keeps every tile the
+//   causal mask allows), the packed entries' 64-row ones (grouped), or version 10's rows,
+//   converted 80 per CTA straight from the (B, Sq, Hq, D) accumulator (a grid over rows would
+//   run at the occupancy the 80-row path's shared memory allows);
 // - BL_DQ_PACKED (a masked call without a causal mask), whose picks are the dense kernel's
 //   80-row blocks (a mask keeping every tile), aligned entries' 80-row ones (grouped), packed
 //   entries' 64-row ones, or version 10's rows (converted 64 per CTA).
@@ -359,7 +360,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
             if (blk < r80_blocks)
                 postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
                                                      sh, blk);
-        } else if (bl_bwd_packed_chosen(totals, true)) {
+        } else if (!bl_bwd_masked_full(totals) && bl_bwd_packed_chosen(totals, true)) {
             if (blk < r64_blocks)
                 postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
                                                      tile);

@@ -355,21 +355,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     // what any of them wrote), then returns unless the entry totals pick it: the dense walk
     // where the mask keeps every tile (bl_bwd_masked_full), else the 80-row entries where they
     // cost less than version 10's (bl_bwd_rows80_cheaper), packed or aligned
-    // (bl_bwd_packed_chosen). (The causal kernels keep the code they had before the dense pick:
-    // their SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
+    // (bl_bwd_packed_chosen). (The causal kernels keep their own form of these tests: their
+    // SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
     if (p.totals != nullptr) {
         if constexpr (CAUSAL && PACKED) {
+            griddep_launch_dependents();  // the dense walk behind it
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals, true) || !bl_bwd_packed_chosen(p.totals, true))
+            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true) ||
+                !bl_bwd_packed_chosen(p.totals, true))
                 return;
         } else if constexpr (CAUSAL && LISTS) {
             griddep_launch_dependents();  // the packed kernel behind it
             griddep_wait();
-            if (!bl_bwd_rows80_cheaper(p.totals, true) || bl_bwd_packed_chosen(p.totals, true))
+            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true) ||
+                bl_bwd_packed_chosen(p.totals, true))
                 return;
         } else if constexpr (CAUSAL) {
             griddep_wait();
-            if (!bl_bwd_aligned80_cheaper(p.totals)) return;
+            if (!bl_bwd_masked_full(p.totals)) return;
         } else {
             if (MASKED) griddep_launch_dependents();
             griddep_wait();

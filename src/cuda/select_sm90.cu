@@ -657,9 +657,10 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         if (i < n) {
             s[0] = (unsigned long long)c[i];
             s[1] = (unsigned long long)c80;
-            // the pairs the mask drops (every column has G * Tm without a causal mask); with
-            // one, 1: never full (bl_bwd_masked_full)
-            s[2] = causal ? 1ull : (unsigned long long)(dm.group * dm.tiles_m - c[i]);
+            // the pairs the mask drops of the G x (row tiles the column allows) (bl_bwd_masked_full)
+            s[2] = (unsigned long long)(dm.group * bl_bwd_allowed_row_tiles(dm, causal,
+                                                                            (w0 + i) % dm.tiles_n) -
+                                        c[i]);
             // the packed 80-row entries (bl_bwd_packed_chosen)
             s[3] = (unsigned long long)bl_bwd_packed_count(c[i]);
         }
