@@ -183,8 +183,10 @@ def test_gpu_nan_row_in_a_dropped_tile_stays_out():
     """A NaN query row whose 64-row tile the mask drops in every key tile, beside kept tiles that
     share its 80-row tile: the call runs aligned 80-row entries (3-tile columns: 8 aligned
     entries against 9 packed and 11 of 64 rows), which load that row with the kept one. It must
-    add nothing: the gradients are those of the same call with the row zeroed, bit for bit, and
-    finite."""
+    add nothing: the gradients are finite and those of the same call with the row zeroed -- dK
+    and dV bit for bit (one CTA sums a column in a fixed order), dQ to rounding (fp32 reduce-adds
+    from the key tiles' CTAs in varying order: asserted bit for bit, it failed now and then on
+    the H200, bench/results/bwd-s35-causal.txt run 2)."""
     q, k, v = random_qkv(1, 160, 700, 4, 1, 128, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     tm, tn = back_lite.num_tiles(160, 700, DEV)
@@ -197,7 +199,10 @@ def test_gpu_nan_row_in_a_dropped_tile_stays_out():
     want = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
         assert torch.isfinite(g).all(), name
-        assert torch.equal(g, w), name
+        if name == "dq":
+            torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2)
+        else:
+            assert torch.equal(g, w), name
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
