@@ -4,8 +4,8 @@
 # throughput). One device call; needs build/dev from `bash dev/cuda/run_device_bwd.sh build`
 # (carry it: carry=["build/dev"]).
 # Usage (repo root, on the GPU machine): bash dev/cuda/bwd_ncu_src.sh [steps]
-# steps: src128 src64 src80 src80m src80p src80cl src80cp src128s (ncu source page, SASS with
-# stall samples per instruction, as $OUT/src-*.csv.gz; summarise with
+# steps: src128 src64 src80 src80m src80p src80cd src80cl src80cp src128s (ncu source page,
+# SASS with stall samples per instruction, as $OUT/src-*.csv.gz; summarise with
 # dev/cuda/ncu_src_summary.py), details (the D = 128 kernel's memory / scheduler / warp-state
 # sections), cudnn (every kernel of an SDPA cuDNN backward at 1 x 8192 x 16 x 128). Default:
 # src128 src64 details cudnn.
@@ -30,16 +30,18 @@ done
 # masked entries, Li3E packed ones; Lb0E: no causal mask). src80: `onemask 1.0`'s dense call
 # (8k x 16 x 128); src80m: `onemask 0.96`, a random mask keeping 96 % (aligned entries picked);
 # src80p: `sparse1 0.5`, 16k x 16 x 128 keeping 50 % (packed entries picked; how
-# bench/results/bwd-s22.txt run 8 was made). With a causal mask (Lb1E): src80cl, `onemask 1.0
-# causal` (aligned entries, LISTS); src80cp, `sparsec 0.5` (packed entries, 16k x 16 first).
-# Launch 3 of each.
-for step in src80 src80m src80p src80cl src80cp; do
+# bench/results/bwd-s22.txt run 8 was made). With a causal mask (Lb1E): src80cd, `onemask 1.0
+# causal` (a mask keeping every allowed tile: the dense kernel, since the thirty-first session);
+# src80cl, `onemask 0.99 causal` (aligned entries, LISTS); src80cp, `sparsec 0.5` (packed
+# entries, 16k x 16 first). Launch 3 of each.
+for step in src80 src80m src80p src80cd src80cl src80cp; do
     has $step || continue
     case $step in
         src80) k=Lb0ELi0E; args="onemask 1.0" ;;
         src80m) k=Lb0ELi2E; args="onemask 0.96" ;;
         src80p) k=Lb0ELi3E; args="sparse1 0.5" ;;
-        src80cl) k=Lb1ELi1E; args="onemask 1.0 causal" ;;
+        src80cd) k=Lb1ELi0E; args="onemask 1.0 causal" ;;
+        src80cl) k=Lb1ELi1E; args="onemask 0.99 causal" ;;
         src80cp) k=Lb1ELi3E; args="sparsec 0.5" ;;
     esac
     # shellcheck disable=SC2086  # args is "mode keep"
