@@ -107,7 +107,8 @@ __host__ __device__ inline int64_t bl_bwd_allowed_row_tiles(const bl_bwd_dims &d
 // A masked call whose mask keeps every tile (every tile a causal mask allows) computes exactly
 // the dense gradients: the dense 80-row kernel runs it (without a causal mask the masked one's
 // list decoding cost 1.4-2 % on such calls, bench/results/bench-2026-11-30-s16.txt; with one
-// the aligned entries ran 1.2-1.9 % over the dense call in bench s34, bwd-s34-pick-costs.txt).
+// the aligned entries ran 1.2-1.9 % over the dense call in bench s34, 0.0-0.7 % since in s35 /
+// s35r, bench/results/bwd-s35-causal.txt).
 __host__ __device__ inline bool bl_bwd_masked_full(const unsigned long long *totals) {
     return totals[2] == 0;
 }
