@@ -937,6 +937,9 @@ int main(int argc, char **argv) {
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 1, 0, kPickPacked});
         // ... with a causal mask (columns of up to 24 x 8 tiles, half of them on the diagonal)
         cases.push_back({1, 512, 1024, 24, 1, 128, 1, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
+        // aligned 80-row entries, without and with a causal mask (the check's asserted picks)
+        cases.push_back({1, 160, 700, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
+        cases.push_back({1, 2000, 3000, 2, 2, 128, 1, BF, 1, 0.99, 0, 0, 0, 0, kPickAligned});
         // 280 key tiles: more than one schedule window (264 positions on 132 SMs)
         cases.push_back({1, 64, 256, 140, 140, 128, 0, BF, 1, 0.5, 0, 0, 0});
         // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)

@@ -595,7 +595,31 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_reg_fence(s);
 
             // ---- P^T = exp2(S^T scale log2e - lse log2e), 0 where a mask drops the pair (an
-            // unkept 64-row tile's rows have lse = +inf: r80_tma_row_tile) ----
+            // unkept 64-row tile's rows have lse = +inf: r80_tma_row_tile); dV += P^T dO issued
+            // before dP^T is waited for (issued after dS, with dK, the call ran 1-3 % slower:
+            // bench/results/bwd-s14-rows80.txt) ----
+            // P^T's k-steps (16 queries: n8 tiles 2ks, 2ks + 1) [k0, k1) packed and issued into dV.
+            // The P^T phase is bound by its latency chain (S^T wait -> exp -> mask -> pack -> dV
+            // issue), so every walk but the dense non-causal one issues dV by parts as the
+            // exponentials come out: per k-step where ptxas keeps it in registers, in two halves
+            // where per k-step spilled (dense and aligned causal walks); the dense non-causal walk
+            // ran 2.4 % slower per k-step and issues all five after the exponentials
+            // (bench/results/bwd-s36-early-dv.txt).
+            uint32_t pa[KSTEPS_Q][4];
+            auto issue_dv = [&](int k0, int k1) {
+#pragma unroll
+                for (int ks = k0; ks < k1; ++ks) {
+                    pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+                    pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+                    pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+                    pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+                }
+                bl_wgmma_fence();
+#pragma unroll
+                for (int ks = k0; ks < k1; ++ks)
+                    bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                                      bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::QPANEL, BL_WGMMA_GROUP_BYTES));
+            };
             if constexpr (!CAUSAL) {
                 // Keys past Sk: this thread's two keys (rows kw + lg and kw + lg + 8 of S^T) exist
                 // below the column's key limit. A select per P element instead of a branch per n8
@@ -626,18 +650,23 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                         s[4 * t + 3] =
                             key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
                     }
+                    issue_dv(0, KSTEPS_Q);
                 } else {
 #pragma unroll
-                    for (int t = 0; t < NQ; ++t) {
-                        const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
-                        float x[4];
-                        x[0] = fmaf(s[4 * t + 0], p.scale_log2, -l.x);
-                        x[1] = fmaf(s[4 * t + 1], p.scale_log2, -l.y);
-                        x[2] = fmaf(s[4 * t + 2], p.scale_log2, -l.x);
-                        x[3] = fmaf(s[4 * t + 3], p.scale_log2, -l.y);
+                    for (int ks = 0; ks < KSTEPS_Q; ++ks) {
 #pragma unroll
-                        for (int c = 0; c < 4; ++c)
-                            s[4 * t + c] = (c < 2 ? key_ok0 : key_ok1) ? exp2f(x[c]) : 0.0f;
+                        for (int t = 2 * ks; t < 2 * ks + 2; ++t) {
+                            const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
+                            float x[4];
+                            x[0] = fmaf(s[4 * t + 0], p.scale_log2, -l.x);
+                            x[1] = fmaf(s[4 * t + 1], p.scale_log2, -l.y);
+                            x[2] = fmaf(s[4 * t + 2], p.scale_log2, -l.x);
+                            x[3] = fmaf(s[4 * t + 3], p.scale_log2, -l.y);
+#pragma unroll
+                            for (int c = 0; c < 4; ++c)
+                                s[4 * t + c] = (c < 2 ? key_ok0 : key_ok1) ? exp2f(x[c]) : 0.0f;
+                        }
+                        issue_dv(ks, ks + 1);
                     }
                 }
             } else {
@@ -655,31 +684,38 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int cut = kw + lg - 2 * lt - room;
                 const int cut_b = PACKED ? kw + lg - 2 * lt - s_entry[2 + buf] : cut;
                 const int tiles_a = (BL_BWD_TM - 16 * (it & 3)) / 8;
-#pragma unroll
-                for (int t = 0; t < NQ; ++t) {
+                auto exp_tile = [&](int t) {
                     const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
                     s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
                     s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
                     s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
                     s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
-                }
-#pragma unroll
-                for (int t = 0; t < NQ; ++t) {
+                };
+                auto mask_tile = [&](int t) {
                     const int cut_t = PACKED && t >= tiles_a ? cut_b : cut;
 #pragma unroll
                     for (int x = 0; x < 4; ++x)
                         if (8 * t - 8 * (x >> 1) + (x & 1) < cut_t) s[4 * t + x] = 0.0f;
+                };
+                if constexpr (PACKED) {
+#pragma unroll
+                    for (int ks = 0; ks < KSTEPS_Q; ++ks) {
+#pragma unroll
+                        for (int t = 2 * ks; t < 2 * ks + 2; ++t) {
+                            exp_tile(t);
+                            mask_tile(t);
+                        }
+                        issue_dv(ks, ks + 1);
+                    }
+                } else {
+#pragma unroll
+                    for (int t = 0; t < NQ; ++t) exp_tile(t);
+#pragma unroll
+                    for (int t = 0; t < NQ; ++t) mask_tile(t);
+                    issue_dv(0, 2);
+                    issue_dv(2, KSTEPS_Q);
                 }
             }
-            // ---- dV += P^T dO, issued before dP^T is waited for (issued after dS, with dK, the
-            // call ran 1-3 % slower: bench/results/bwd-s14-rows80.txt) ----
-            uint32_t pa[KSTEPS_Q][4];
-            pack_a_fragments<T>(pa, s);
-            bl_wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS_Q; ++ks)
-                bl_wgmma_rs<T, D>(dv_acc, pa[ks],
-                                  bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::QPANEL, BL_WGMMA_GROUP_BYTES));
             bl_wgmma_commit();
             bl_wgmma_wait<1>();  // dP^T is done; dV may still run
             bl_reg_fence(ds);
