@@ -413,6 +413,16 @@ static int run_case(const Case &c) {
     if (c.D == 128 && c.mode != 0) variants.push_back(BL_BWD_VARIANT_WS128_ROWS80);
     // Head dim 128: dQ by row tiles beside version 10 without dQ (no dq accumulator).
     if (c.D == 128) variants.push_back(BL_BWD_VARIANT_DQ_ROWS);
+    // ATTN_BWD_CHECK_SHIPPED=1: the shipped pick and the 80-row kernel on 3 CTAs only (a quick
+    // compute-sanitizer pass over the kernels the library runs, e.g. after an 80-row change).
+    if (getenv("ATTN_BWD_CHECK_SHIPPED"))
+        variants.erase(std::remove_if(variants.begin(), variants.end(),
+                                      [](int v) {
+                                          return v != BL_BWD_VARIANT_WGMMA &&
+                                                 v != BL_BWD_VARIANT_WS128_FEW_CTAS &&
+                                                 v != BL_BWD_VARIANT_WS128_ROWS80;
+                                      }),
+                       variants.end());
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
     bl_attn_desc desc = make_desc(c, scale);

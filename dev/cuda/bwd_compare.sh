@@ -8,7 +8,7 @@
 #   ncu --metrics gpu__time_duration.sum -k regex:REGEX
 # (locked clocks; the event medians of identical kernels wander by 1-2 %), logs
 # $OUT/ncu__BUILD__MODE__ROUND.txt and per mode each kernel's median per build
-# (ncu_ab_summary.py; sparse64 runs 3 shapes and sparse1 / sparsec / sparsen 2, reported apart).
+# (ncu_ab_summary.py; sparse64 and densenc run 3 shapes and sparse1 / sparsec / sparsen 2, reported apart).
 # With NCU the dev checker's dense reference call is skipped unless SKIP_DENSE=0.
 # SKIP_CHECK=1: timings only (the same builds' check already ran on the device).
 # How bench/results/bwd-s9-persistent.txt (runs 6, 7) and bwd-s9-schedule.txt were made (events),
@@ -54,7 +54,7 @@ for mode in "${modes[@]}"; do
     done
     if [ -n "${NCU:-}" ]; then
         case "$mode" in
-            sparse64*) split=3 ;;
+            sparse64* | densenc*) split=3 ;;
             sparse1* | sparsec* | sparsen*) split=2 ;;
             *) split=1 ;;
         esac

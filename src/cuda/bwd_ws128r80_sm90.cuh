@@ -601,10 +601,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             // P^T's k-steps (16 queries: n8 tiles 2ks, 2ks + 1) [k0, k1) packed and issued into dV.
             // The P^T phase is bound by its latency chain (S^T wait -> exp -> mask -> pack -> dV
             // issue), so every walk but the dense non-causal one issues dV by parts as the
-            // exponentials come out: per k-step where ptxas keeps it in registers, in two halves
-            // where per k-step spilled (dense and aligned causal walks); the dense non-causal walk
-            // ran 2.4 % slower per k-step and issues all five after the exponentials
-            // (bench/results/bwd-s36-early-dv.txt).
+            // exponentials come out: per k-step where ptxas keeps it in registers; where per
+            // k-step spilled (dense and aligned causal walks) or ran 2.4 % slower (dense
+            // non-causal), in two parts after all the exponentials, split where it measured best
+            // (causal 2 + 3 k-steps, non-causal 3 + 2; bench/results/bwd-s36-early-dv.txt).
             uint32_t pa[KSTEPS_Q][4];
             auto issue_dv = [&](int k0, int k1) {
 #pragma unroll
@@ -650,7 +650,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                         s[4 * t + 3] =
                             key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
                     }
-                    issue_dv(0, KSTEPS_Q);
+                    issue_dv(0, 3);
+                    issue_dv(3, KSTEPS_Q);
                 } else {
 #pragma unroll
                     for (int ks = 0; ks < KSTEPS_Q; ++ks) {
