@@ -600,11 +600,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             // bench/results/bwd-s14-rows80.txt) ----
             // P^T's k-steps (16 queries: n8 tiles 2ks, 2ks + 1) [k0, k1) packed and issued into dV.
             // The P^T phase is bound by its latency chain (S^T wait -> exp -> mask -> pack -> dV
-            // issue), so every walk but the dense non-causal one issues dV by parts as the
-            // exponentials come out: per k-step where ptxas keeps it in registers; where per
-            // k-step spilled (dense and aligned causal walks) or ran 2.4 % slower (dense
-            // non-causal), in two parts after all the exponentials, split where it measured best
-            // (causal 2 + 3 k-steps, non-causal 3 + 2; bench/results/bwd-s36-early-dv.txt).
+            // issue), so dV goes out by parts: each k-step as its exponentials come out in the
+            // aligned and packed non-causal walks and the packed causal one; in the others (per
+            // k-step spilled in the dense / aligned causal walks and ran 2.4 % slower in the dense
+            // non-causal one) in two parts after all the exponentials, split where it measured
+            // best (causal 2 + 3 k-steps, non-causal 3 + 2; bench/results/bwd-s36-early-dv.txt).
             uint32_t pa[KSTEPS_Q][4];
             auto issue_dv = [&](int k0, int k1) {
 #pragma unroll
