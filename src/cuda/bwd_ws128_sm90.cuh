@@ -492,32 +492,42 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 causal_room = causal_room > 2 * BN ? 2 * BN : causal_room;
                 causal_room = causal_room < -2 * BN ? -2 * BN : causal_room;
                 const int causal_limit = p.causal ? (int)causal_room : 2 * BN;
-#pragma unroll
-                for (int t = 0; t < NQ; ++t) {
-                    const float2 l = lse_r[t];
-                    s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
-                    s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
-                    s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
-                    s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
-                    if (need_mask) {
-#pragma unroll
-                        for (int x = 0; x < 4; ++x) {
-                            const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
-                            const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
-                            if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
-                        }
-                    }
-                }
-
-                // ---- dV += P^T dO (P^T from registers) ----
+                // dV += P^T dO, P^T from registers, issued k-step by k-step (16 queries: n8 tiles
+                // 2ks, 2ks + 1) as their exponentials come out: the P^T phase is bound by its
+                // latency chain (S^T wait -> exp -> mask -> pack -> dV issue); -1.6..-2.6 % of
+                // the main kernel at 3 % kept against all four issued after the whole P^T
+                // (bench/results/bwd-s36-early-dv.txt run 8).
                 uint32_t pa[BM / 16][4];
-                pack_a_fragments<T>(pa, s);
-                BL_TLC(4);
-                bl_wgmma_fence();
-#pragma unroll
-                for (int ks = 0; ks < BM / 16; ++ks)
+                auto issue_dv = [&](int ks) {
+                    pa[ks][0] = bl_pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+                    pa[ks][1] = bl_pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+                    pa[ks][2] = bl_pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+                    pa[ks][3] = bl_pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+                    bl_wgmma_fence();
                     bl_wgmma_rs<T, D>(dv_acc, pa[ks],
                                       bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, QPANEL, BL_WGMMA_GROUP_BYTES));
+                };
+#pragma unroll
+                for (int ks = 0; ks < BM / 16; ++ks) {
+#pragma unroll
+                    for (int t = 2 * ks; t < 2 * ks + 2; ++t) {
+                        const float2 l = lse_r[t];
+                        s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
+                        s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
+                        s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
+                        s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
+                        if (need_mask) {
+#pragma unroll
+                            for (int x = 0; x < 4; ++x) {
+                                const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
+                                const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
+                                if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
+                            }
+                        }
+                    }
+                    issue_dv(ks);
+                }
+                BL_TLC(4);  // P^T computed and dV issued
                 bl_wgmma_commit();
                 bl_wgmma_wait<1>();  // dP^T is done; dV may still run
                 bl_reg_fence(ds);
