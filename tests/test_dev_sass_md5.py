@@ -1,0 +1,50 @@
+"""dev/cuda/sass_md5.py, the per-kernel SASS identity check between builds, on synthetic nvdisasm
+text: a kernel whose labels nvdisasm numbered differently (a change in an earlier kernel shifts
+the cubin-wide label counter) must hash the same; a changed instruction or branch target must
+not."""
+import importlib.util
+import pathlib
+import sys
+
+DEV = pathlib.Path(__file__).resolve().parents[1] / "dev" / "cuda"
+
+
+def load():
+    sys.path.insert(0, str(DEV))  # sass_md5 imports its sibling sass_loops
+    try:
+        spec = importlib.util.spec_from_file_location("sass_md5", DEV / "sass_md5.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(DEV))
+
+
+def kernel(name, label, body="IADD3 R2, R2, 0x1, RZ", target=None):
+    """One kernel as `nvdisasm -g` prints it: a loop from label back to itself, then EXIT."""
+    target = target or label
+    return (f"\t.text.{name}:\n"
+            f"        /*0000*/                   MOV R1, c[0x0][0x28] ;\n"
+            f"{label}:\n"
+            f"        /*0010*/                   {body} ;\n"
+            f"        /*0020*/              @P0 BRA `({target}) ;\n"
+            f"{'.L_x_99' if target != label else '.L_x_98'}:\n"
+            f"        /*0030*/                   EXIT ;\n")
+
+
+def test_label_numbering_does_not_count():
+    m = load()
+    a = m.sass_hashes(kernel("kA", ".L_x_1") + kernel("kB", ".L_x_3"))
+    b = m.sass_hashes(kernel("kA", ".L_x_1") + kernel("kB", ".L_x_7"))
+    assert set(a) == {"kA", "kB"}
+    assert a == b
+
+
+def test_changed_instruction_or_target_counts():
+    m = load()
+    base = m.sass_hashes(kernel("kA", ".L_x_1") + kernel("kB", ".L_x_3"))
+    body = m.sass_hashes(kernel("kA", ".L_x_1") + kernel("kB", ".L_x_3", body="IADD3 R2, R2, 0x2, RZ"))
+    assert body["kA"] == base["kA"] and body["kB"] != base["kB"]
+    # the branch now goes to the label after it (address 0x30), not back to 0x10
+    jump = m.sass_hashes(kernel("kA", ".L_x_1") + kernel("kB", ".L_x_3", target=".L_x_99"))
+    assert jump["kB"] != base["kB"]
