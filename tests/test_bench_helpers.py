@@ -1,15 +1,9 @@
 """The benchmark's interleaving helper (bench/bench_attn.py), on the CPU with a stand-in timer."""
-import importlib.util
-import pathlib
-
-BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench" / "bench_attn.py"
+from script_loader import load_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_attn", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/bench_attn.py")
 
 
 class FakeClock:

@@ -1,18 +1,12 @@
 """bench/sparse_cost_fit.py, the two-number model of a sparse backward's time (kept tiles dearer
 by delta, plus a fixed share), on rows made from known numbers: the fit must give them back."""
-import importlib.util
-import pathlib
-
 import pytest
 
-FIT = pathlib.Path(__file__).resolve().parents[1] / "bench" / "sparse_cost_fit.py"
+from script_loader import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("sparse_cost_fit", FIT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/sparse_cost_fit.py")
 
 
 def test_fit_recovers_the_model():

@@ -3,18 +3,13 @@ ncu logs: a mode that runs two shapes, fewer calls of the larger one, where the 
 different main kernels for the smaller shape (the case an equal split of each kernel's launches
 got wrong: bench/results/bwd-s31-causal-packed.txt run 4)."""
 import contextlib
-import importlib.util
 import io
-import pathlib
 
-DEV = pathlib.Path(__file__).resolve().parents[1] / "dev" / "cuda"
+from script_loader import load_script
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, DEV / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"dev/cuda/{name}.py")
 
 
 def record(kernel, grid, us):

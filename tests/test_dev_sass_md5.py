@@ -2,22 +2,11 @@
 text: a kernel whose labels nvdisasm numbered differently (a change in an earlier kernel shifts
 the cubin-wide label counter) must hash the same; a changed instruction or branch target must
 not."""
-import importlib.util
-import pathlib
-import sys
-
-DEV = pathlib.Path(__file__).resolve().parents[1] / "dev" / "cuda"
+from script_loader import load_script
 
 
 def load():
-    sys.path.insert(0, str(DEV))  # sass_md5 imports its sibling sass_loops
-    try:
-        spec = importlib.util.spec_from_file_location("sass_md5", DEV / "sass_md5.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(DEV))
+    return load_script("dev/cuda/sass_md5.py", siblings=True)  # it imports sass_loops
 
 
 def kernel(name, label, body="IADD3 R2, R2, 0x1, RZ", target=None):

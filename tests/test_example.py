@@ -1,25 +1,20 @@
 """examples/train_video_dit.py at its tiny size: it trains, and writes its curves, tables and
 gradient-fidelity figures; the attention-backward timer does not change the gradients."""
 import csv
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "examples",
-                       "train_video_dit.py")
+from script_loader import load_script
+
 STEPS = 3
 
 
 @pytest.fixture(scope="module")
 def example():
     pytest.importorskip("matplotlib", reason="the example plots with matplotlib")
-    spec = importlib.util.spec_from_file_location("train_video_dit", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/train_video_dit.py")
 
 
 def read_csv(path):
