@@ -68,11 +68,13 @@ struct bl_bwd_workspace {
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
 // the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
 // A masked call takes the 80-row kernel where its entries cost less in all. Packed entries
-// (bwd_ws128r80_sm90.cuh: rows gathered from two 64-row tiles, every row kept) count 76 against
-// version 10's 64, with a causal mask or without: measured so in the thirtieth session, every
-// kernel of the call under ncu (bench/results/bwd-s34-pick-costs.txt run 1; non-causal 16k 10 %
-// kept: packed 2.5 % faster where 79 had picked version 10; 16k 3 % 1.5 % slower, 32k 3 % 1.1 %
-// faster, i.e. break-evens at 76.2-76.7; causal 75.4-76.9, bwd-s31-causal-packed.txt run 4).
+// (bwd_ws128r80_sm90.cuh: rows gathered from two 64-row tiles, every row kept) count 78 against
+// version 10's 64 without a causal mask and 79 with one: every kernel of the call under ncu, a
+// build forced onto each kind of entry (bench/results/bwd-s37-pick-costs.txt run 2: break-evens
+// 77.6-78.6 without a causal mask, 78.9-79.7 with one at 10 % and 3 % kept, where the calls are
+// near the rule's threshold; the 16k causal 10 %-kept call 2.8 % faster on version 10, which the
+// old 76 of bwd-s34-pick-costs.txt sent to packed entries: version 10 has since issued dV per
+// k-step, -1.6..-2.6 %).
 // Against aligned 80-row entries, without a causal mask, a packed entry costs what an aligned
 // one does (8k x 16 at 95 % kept: 26.3 ns an entry both; the packed call 4.7 % faster where
 // the older rule, 80 against 75, had kept aligned entries), so packed entries run wherever they
@@ -82,7 +84,8 @@ struct bl_bwd_workspace {
 enum {
     BL_R80_ENTRY_COST = 75,
     BL_R64_ENTRY_COST = 64,
-    BL_PACKED_ENTRY_COST = 76,
+    BL_PACKED_ENTRY_COST = 78,
+    BL_PACKED_ENTRY_COST_CAUSAL = 79,
     BL_PACKED_VS_ALIGNED_COST = 75,
     BL_PACKED_VS_ALIGNED_COST_CAUSAL = 77
 };
@@ -128,8 +131,10 @@ __host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *t
 // less than its 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals,
                                                       bool causal) {
+    const unsigned long long packed_cost =
+        causal ? BL_PACKED_ENTRY_COST_CAUSAL : BL_PACKED_ENTRY_COST;
     const unsigned long long cost80 = bl_bwd_packed_chosen(totals, causal)
-                                          ? totals[3] * BL_PACKED_ENTRY_COST
+                                          ? totals[3] * packed_cost
                                           : totals[1] * BL_R80_ENTRY_COST;
     return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }
