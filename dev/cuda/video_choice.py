@@ -19,9 +19,10 @@ import bench_attn  # noqa: E402  (video_qkv, NEGL_PROBS)
 from back_lite import functional as blf  # noqa: E402
 
 TM, TM80, COST64, COST80 = 64, 80, 64, 75
-# packed entries: against version 10's, and against the aligned ones (bl_bwd_packed_chosen: 77
-# with a causal mask)
-COST_PACKED, COST_PACKED_VS_ALIGNED, COST_PACKED_VS_ALIGNED_CAUSAL = 76, 75, 77
+# packed entries: against version 10's (78, 79 with a causal mask: bl_bwd_rows80_cheaper), and
+# against the aligned ones (bl_bwd_packed_chosen: 75, 77 with a causal mask)
+COST_PACKED, COST_PACKED_CAUSAL = 78, 79
+COST_PACKED_VS_ALIGNED, COST_PACKED_VS_ALIGNED_CAUSAL = 75, 77
 
 
 def entry_totals(m, s):
@@ -59,7 +60,8 @@ def main():
         t64, t80, packed = entry_totals(m, s)
         vs_aligned = COST_PACKED_VS_ALIGNED_CAUSAL if args.causal else COST_PACKED_VS_ALIGNED
         use_packed = packed * vs_aligned < t80 * COST80
-        cost80 = packed * COST_PACKED if use_packed else t80 * COST80
+        cost_packed = COST_PACKED_CAUSAL if args.causal else COST_PACKED
+        cost80 = packed * cost_packed if use_packed else t80 * COST80
         ratio = cost80 / max(1, t64 * COST64)
         pick = "64 rows" if ratio >= 1 else "80 rows packed" if use_packed else "80 rows aligned"
         print(f"negl {negl}: kept {t64 / m.numel():.3f}, packed / aligned entries "
