@@ -1,0 +1,86 @@
+"""Host time per library call against its GPU time, and what a dense backward reads on the
+GPU when light sparse calls run between its calls -- with and without a sleep kernel in front
+of each pair, which keeps the host ahead of the GPU (the queue never drains).
+
+    BACK_LITE_LIBRARY=build/libbacklite.so PYTHONPATH=. python3 dev/cuda/host_overhead.py \
+        [--shape 1,16384,16,128] [--causal] [--keep 0.01] [--reps 20]
+
+Prints, per call kind, the host's enqueue time per call (no sync inside the loop, the GPU held
+busy by a sleep kernel so that the host never waits on it) and the CUDA-event time per call;
+then the dense call's event time in the pattern (sparse, dense) x reps, queue drained or kept
+full (bench/results/bench-yardstick-s37.txt says why).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import bench_attn  # noqa: E402  (random_tile_mask)
+from back_lite import functional as blf  # noqa: E402
+
+SLEEP_CYCLES = 200_000_000  # ~0.1 s at 1.98 GHz: longer than any enqueue loop below
+
+
+def event_ms(fn):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    return start, end
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="1,16384,16,128")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--keep", type=float, default=0.01)
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    b, s, h, d = (int(x) for x in args.shape.split(","))
+    dev = torch.device("cuda")
+    q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    out, lse, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)
+    dout = torch.randn_like(out)
+    tm, tn = w.shape[-2:]
+    mask = bench_attn.random_tile_mask(b, h, tm, tn, args.keep, dev) & \
+        blf.computable_tiles(s, s, args.causal, dev)
+    calls = {
+        "forward": lambda: blf.forward(q, k, v, causal=args.causal),
+        "dense bwd": lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal),
+        f"sparse bwd {args.keep}": lambda: blf.backward(dout, q, k, v, out, lse, mask=mask,
+                                                        causal=args.causal),
+    }
+    for name, fn in calls.items():
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(SLEEP_CYCLES)  # the GPU busy: the loop below measures the host alone
+        t0 = time.perf_counter()
+        for _ in range(args.reps):
+            fn()
+        host = (time.perf_counter() - t0) / args.reps * 1e3
+        torch.cuda.synchronize()
+        ev = [event_ms(fn) for _ in range(args.reps)]
+        torch.cuda.synchronize()
+        gpu = statistics.median(a.elapsed_time(z) for a, z in ev)
+        print(f"{name:>18}: host {host:.3f} ms a call, GPU {gpu:.3f} ms a call")
+    dense, sparse = calls["dense bwd"], calls[f"sparse bwd {args.keep}"]
+    for full_queue in (False, True):
+        torch.cuda.synchronize()
+        if full_queue:
+            torch.cuda._sleep(SLEEP_CYCLES)
+        ev = []
+        for _ in range(args.reps):
+            sparse()
+            ev.append(event_ms(dense))
+        torch.cuda.synchronize()
+        gpu = statistics.median(a.elapsed_time(z) for a, z in ev)
+        print(f"dense bwd after each sparse call, queue {'kept full' if full_queue else 'as it comes'}: "
+              f"{gpu:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
