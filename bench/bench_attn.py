@@ -15,7 +15,10 @@ comparisons (BackLite forward with and without statistics, backward; each SDPA b
 and backward) run interleaved call by call: in each of `--rounds` rounds, `--reps` cycles that call
 every contender once in a shuffled order; each figure is the median of its round medians. A
 kernel near the GPU's power cap runs faster right after a lighter one, so blocks of one
-contender's calls would favour whichever block followed a light one (interleaved_medians).
+contender's calls would favour whichever block followed a light one (interleaved_times). The
+sparse rows' ratio to the dense backward (and the bars' verdicts) is that of the two medians;
+beside it, "paired", the median of each sparse call's time over the dense call of the same cycle
+(paired_ratios), which varies less between runs (bench/results/bench-yardstick-s37.txt run 3).
 """
 from __future__ import annotations
 
@@ -108,12 +111,11 @@ def cuda_event():
     return torch.cuda.Event(enable_timing=True)
 
 
-def interleaved_medians(fns: dict, reps: int, rounds: int, seed: int = 0,
-                        event=cuda_event, sync=torch.cuda.synchronize) -> dict:
-    """{name: ms}: the median of each name's per-round medians over `rounds` rounds. A round runs
-    every contender once as warm-up, then `reps` cycles that call every contender once each, in a
-    fresh random order per cycle; each call sits between its own two CUDA events and the round
-    syncs once at its end.
+def interleaved_times(fns: dict, reps: int, rounds: int, seed: int = 0,
+                      event=cuda_event, sync=torch.cuda.synchronize) -> dict:
+    """{name: [[ms of each cycle] for each round]}. A round runs every contender once as warm-up,
+    then `reps` cycles that call every contender once each, in a fresh random order per cycle;
+    each call sits between its own two CUDA events and the round syncs once at its end.
 
     Call-by-call interleaving, not one block of calls per contender: on the H200 the dense
     forward at 1x16384x16x128 runs into the 700 W power cap after ~10 back-to-back calls (SM clock
@@ -137,9 +139,33 @@ def interleaved_medians(fns: dict, reps: int, rounds: int, seed: int = 0,
                 timed.append((name, start, end))
         sync()
         for name in names:
-            per_round[name].append(statistics.median(
-                s.elapsed_time(e) for n, s, e in timed if n == name))
-    return {name: statistics.median(ms) for name, ms in per_round.items()}
+            per_round[name].append([s.elapsed_time(e) for n, s, e in timed if n == name])
+    return per_round
+
+
+def interleaved_medians(fns: dict, reps: int, rounds: int, seed: int = 0,
+                        event=cuda_event, sync=torch.cuda.synchronize) -> dict:
+    """{name: ms}: the median of each name's per-round medians over `rounds` rounds of
+    interleaved_times."""
+    return medians_of(interleaved_times(fns, reps, rounds, seed, event, sync))
+
+
+def medians_of(times: dict) -> dict:
+    """{name: the median of its per-round medians} of interleaved_times."""
+    return {name: statistics.median(statistics.median(cycles) for cycles in per_round)
+            for name, per_round in times.items()}
+
+
+def paired_ratios(times: dict, ref: str) -> dict:
+    """{name: ratio} from interleaved_times: each call's time over the `ref` call's of the same
+    cycle (the two a few calls apart, so in one power state), the median over a round's cycles,
+    then over the rounds. Reported beside the ratio of medians (bench/results/
+    bench-yardstick-s37.txt: the dense reference alone moves by several percent between blocks
+    and runs with what ran before it)."""
+    return {name: statistics.median(
+                statistics.median(t / r for t, r in zip(cycles, ref_cycles))
+                for cycles, ref_cycles in zip(per_round, times[ref]))
+            for name, per_round in times.items()}
 
 
 def block_medians(fns: dict, reps: int, rounds: int) -> dict:
@@ -248,7 +274,13 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     # Sparse backward against the dense one, each set timed with its own dense reference in the
     # same interleaving as the dense comparison (a sparse call is lighter on power than a dense
     # one: timed in separate blocks, the ratio would carry the power state, not the work).
-    timer = interleaved_medians if timing == "calls" else block_medians
+    def timer(fns):
+        """(medians, paired ratios against "dense" or None under --timing blocks)"""
+        if timing != "calls":
+            return block_medians(fns, reps, rounds), None
+        times = interleaved_times(fns, reps, rounds)
+        return medians_of(times), paired_ratios(times, "dense")
+
     tm, tn = w.shape[-2:]
     computable = blf.computable_tiles(s, s, causal, dev)
     sparse = []
@@ -258,11 +290,12 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     fns = {"dense": lambda: blf.backward(dout, q, k, v, out, lse, causal=causal)}
     for keep, mask in masks.items():
         fns[keep] = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    ms = timer(fns, reps, rounds)
+    ms, paired = timer(fns)
     for keep, mask in masks.items():
         kept = 1.0 - blf.backward_sparsity(mask, s, s, causal)
         t, ref = ms[keep], ms["dense"]
         row = {"source": "random mask", "kept": kept, "bwd_ms": t, "dense_ms": ref, "vs_dense": t / ref,
+               "vs_dense_paired": paired[keep] if paired else None,
                "bar_10pct": t <= (kept + 0.10) * ref, "bar_2pct": t <= (kept + 0.02) * ref}
         if with_flex and keep in FLEX_KEEP:
             try:
@@ -278,14 +311,15 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     for negl in NEGL_PROBS:
         fns[negl] = lambda negl=negl: blf.backward(dout, qs, ks, vs, outs, lses, tile_mass=ws,
                                                    negl_prob=negl, causal=causal)
-    ms = timer(fns, reps, rounds)
+    ms, paired = timer(fns)
     for negl in NEGL_PROBS:
         mask = blf.select(ws, negl)
         kept = 1.0 - blf.backward_sparsity(mask, s, s, causal)
         t, ref = ms[negl], ms["dense"]
         sparse.append({"source": f"video W, negl_prob={negl}", "kept": kept, "bwd_ms": t,
-                       "dense_ms": ref, "vs_dense": t / ref, "bar_10pct": t <= (kept + 0.10) * ref,
-                       "bar_2pct": t <= (kept + 0.02) * ref})
+                       "dense_ms": ref, "vs_dense": t / ref,
+                       "vs_dense_paired": paired[negl] if paired else None,
+                       "bar_10pct": t <= (kept + 0.10) * ref, "bar_2pct": t <= (kept + 0.02) * ref})
     rows["sparse"] = sparse
     return rows
 
@@ -300,15 +334,19 @@ def print_table(results):
         print(f"| {tuple(r['shape'])} | {r['causal']} | {cell('backlite')} | {cell('sdpa_cudnn')} "
               f"| {cell('sdpa_flash')} | {bl['stats_overhead']:.3f}x | {r['stats_bytes']:,} "
               f"({r['per_row_stats_bytes']:,}) |")
+    # "/ dense (paired)": paired_ratios, the ratio of calls of one cycle (files before the
+    # thirty-third session's have none)
     print("\n| shape | causal | source | kept | sparse bwd ms | / dense | <= kept+10% | <= kept+2% "
-          "| flex fwd+bwd ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| flex fwd+bwd ms | / dense (paired) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         for sp in r["sparse"]:
             flex = f"{sp['flex_fwd_bwd_ms']:.2f}" if "flex_fwd_bwd_ms" in sp else sp.get("flex_error", "")[:40]
+            paired = sp.get("vs_dense_paired")
+            paired = f"{paired:.3f}" if paired is not None else ""
             print(f"| {tuple(r['shape'])} | {r['causal']} | {sp['source']} | {sp['kept']:.3f} "
                   f"| {sp['bwd_ms']:.3f} | {sp['vs_dense']:.3f} | {sp['bar_10pct']} | {sp['bar_2pct']} "
-                  f"| {flex} |")
+                  f"| {flex} | {paired} |")
 
 
 def main(argv=None):

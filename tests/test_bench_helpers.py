@@ -50,3 +50,24 @@ def test_interleaved_medians_mixes_calls_and_takes_round_medians():
             assert sorted(r[3 + 3 * cycle: 6 + 3 * cycle]) == ["a", "b", "c"]
     cycles = [tuple(r[3 + 3 * i: 6 + 3 * i]) for r in rounds for i in range(3)]
     assert len(set(cycles)) > 1  # the order is shuffled, not a fixed rotation
+
+
+def test_paired_ratios_pair_each_call_with_the_reference_of_its_cycle():
+    bench = load_bench()
+    clock = FakeClock()
+    # warm-up cost, then one cost per cycle (3 cycles, 1 round); "x" is 20 % dearer than the
+    # reference in cycle 0, level in cycle 1, 10 % dearer in cycle 2
+    costs = {"ref": iter([9, 10, 20, 30]), "x": iter([9, 12, 20, 33])}
+
+    def contender(name):
+        def fn():
+            clock.now += next(costs[name])
+        return fn
+
+    times = bench.interleaved_times({n: contender(n) for n in costs}, reps=3, rounds=1,
+                                    event=clock.event, sync=lambda: None)
+    assert times == {"ref": [[10, 20, 30]], "x": [[12, 20, 33]]}
+    assert bench.medians_of(times) == {"ref": 20, "x": 20}    # ratio of medians: 1.0
+    paired = bench.paired_ratios(times, "ref")
+    assert paired["ref"] == 1.0
+    assert abs(paired["x"] - 1.1) < 1e-12                      # median of 1.2, 1.0, 1.1
