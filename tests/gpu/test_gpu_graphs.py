@@ -12,14 +12,10 @@ import pytest
 import torch
 
 import back_lite
+from cuda_required import skip_module_without_cuda_backend
 from inputs import local_qkv, random_qkv
 
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to PyTorch (torch.cuda.is_available() is False)",
-                allow_module_level=True)
-if not back_lite.backend_available("cuda"):
-    pytest.skip("the BackLite library has no usable CUDA backend (not compiled in with nvcc, "
-                "or no compute capability 9.0 device)", allow_module_level=True)
+skip_module_without_cuda_backend()
 
 DEV = "cuda"
 NEGL_PROB = 0.05
