@@ -19,6 +19,8 @@ contender's calls would favour whichever block followed a light one (interleaved
 sparse rows' ratio to the dense backward (and the bars' verdicts) is that of the two medians;
 beside it, "paired", the median of each sparse call's time over the dense call of the same cycle
 (paired_ratios), which varies less between runs (bench/results/bench-yardstick-s37.txt run 3).
+The run ends with how many rows of the shapes with S >= 16384 meet each bar, by both ratios
+(bar_counts).
 """
 from __future__ import annotations
 
@@ -349,6 +351,39 @@ def print_table(results):
                   f"| {flex} | {paired} |")
 
 
+BARS_MIN_SEQLEN = 16384  # the issue's bars are stated at S = 16384 and 32768
+STATS_BAR = 1.03  # forward with statistics over forward without
+
+
+def bar_counts(results) -> dict:
+    """How many of the bar shapes' rows (S >= BARS_MIN_SEQLEN) meet each bar, by the ratio of
+    medians ("medians") and by the paired ratio ("paired", None where a row has none):
+    {bar: {"medians": n, "paired": n or None, "of": rows}}."""
+    rows = [sp for r in results if r["shape"][1] >= BARS_MIN_SEQLEN for sp in r["sparse"]]
+    have_paired = bool(rows) and all(sp.get("vs_dense_paired") is not None for sp in rows)
+    tests = {"kept + 2%": lambda sp, x: x <= sp["kept"] + 0.02,
+             "kept + 10%": lambda sp, x: x <= sp["kept"] + 0.10,
+             "not slower than dense": lambda sp, x: x <= 1.0}
+    counts = {}
+    for bar, ok in tests.items():
+        counts[bar] = {"medians": sum(ok(sp, sp["vs_dense"]) for sp in rows),
+                       "paired": sum(ok(sp, sp["vs_dense_paired"]) for sp in rows)
+                       if have_paired else None,
+                       "of": len(rows)}
+    shapes = [r for r in results if r["shape"][1] >= BARS_MIN_SEQLEN]
+    counts[f"statistics <= {STATS_BAR}x"] = {
+        "medians": sum(r["backlite"]["stats_overhead"] <= STATS_BAR for r in shapes),
+        "paired": None, "of": len(shapes)}
+    return counts
+
+
+def print_bar_counts(results):
+    print(f"\nBars over the shapes with S >= {BARS_MIN_SEQLEN} (ratio of medians / paired ratio):")
+    for bar, c in bar_counts(results).items():
+        paired = f" / {c['paired']}" if c["paired"] is not None else ""
+        print(f"- {bar}: {c['medians']}{paired} of {c['of']}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one small shape, few repetitions")
@@ -371,6 +406,7 @@ def main(argv=None):
             saved = json.load(f)
         print(json.dumps(saved["meta"]))
         print_table(saved["results"])
+        print_bar_counts(saved["results"])
         return
     if not torch.cuda.is_available() or not blf.backend_available("cuda"):
         sys.exit("bench_attn.py needs a CUDA device and the BackLite CUDA backend "
@@ -404,6 +440,7 @@ def main(argv=None):
                     json.dump({"meta": meta, "results": results}, f, indent=1)
     print(json.dumps(meta))
     print_table(results)
+    print_bar_counts(results)
 
 
 if __name__ == "__main__":

@@ -71,3 +71,27 @@ def test_paired_ratios_pair_each_call_with_the_reference_of_its_cycle():
     paired = bench.paired_ratios(times, "ref")
     assert paired["ref"] == 1.0
     assert abs(paired["x"] - 1.1) < 1e-12                      # median of 1.2, 1.0, 1.1
+
+
+def test_bar_counts_count_the_bar_shapes_rows_by_both_ratios():
+    bench = load_bench()
+
+    def shape(seqlen, stats, rows):
+        return {"shape": [1, seqlen, 8, 128], "backlite": {"stats_overhead": stats},
+                "sparse": [{"kept": k, "vs_dense": m, "vs_dense_paired": p} for k, m, p in rows]}
+
+    results = [
+        # (kept, ratio of medians, paired ratio)
+        shape(16384, 1.02, [(1.0, 1.004, 0.999), (0.1, 0.119, 0.121), (0.1, 0.125, 0.119)]),
+        shape(32768, 1.05, [(0.5, 0.61, 0.59), (0.01, 0.02, 0.031)]),
+        shape(4096, 1.00, [(0.1, 0.5, 0.5)]),  # below the bars' sequence length: not counted
+    ]
+    c = bench.bar_counts(results)
+    assert c["kept + 2%"] == {"medians": 3, "paired": 2, "of": 5}
+    assert c["kept + 10%"] == {"medians": 4, "paired": 5, "of": 5}
+    assert c["not slower than dense"] == {"medians": 4, "paired": 5, "of": 5}
+    assert c["statistics <= 1.03x"] == {"medians": 1, "paired": None, "of": 2}
+    # files from before the paired ratio: no paired counts
+    for sp in results[0]["sparse"]:
+        sp["vs_dense_paired"] = None
+    assert bench.bar_counts(results)["kept + 2%"]["paired"] is None
