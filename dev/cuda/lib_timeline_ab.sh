@@ -2,8 +2,9 @@
 # lib_timeline_ab.sh -- two library builds compared kernel by kernel on one device call: the
 # library of the working tree and that of a base tree (CMakeLists.txt, src, include), each built
 # with the release flags, then dev/cuda/bwd_call_timeline.py on each in turn, ROUNDS times per
-# configuration (the builds alternate, so clock drift falls on both). Logs to $OUT/timelines.txt, a summary (per build, round
-# and keep: each kernel's median duration in us, then the call's span) to $OUT/timelines-summary.txt.
+# configuration (the builds alternate, so clock drift falls on both). Logs to
+# $OUT/timelines.txt; a summary (per build, round and keep: each kernel's median duration in us,
+# then the call's span) to $OUT/timelines-summary.txt.
 # Usage (repository root; carry the base tree, e.g. ["build/tree_base"]):
 #   git archive REV CMakeLists.txt src include | tar -x -C build/tree_base
 #   OUT=$OUT bash dev/cuda/lib_timeline_ab.sh build/tree_base "1,16384,16,128 --causal;1,16384,16,128" \
