@@ -37,3 +37,17 @@ def test_changed_instruction_or_target_counts():
     # the branch now goes to the label after it (address 0x30), not back to 0x10
     jump = m.sass_hashes(kernel("kA", ".L_x_1") + kernel("kB", ".L_x_3", target=".L_x_99"))
     assert jump["kB"] != base["kB"]
+
+
+def test_helper_numbering_and_comment_padding_do_not_count():
+    m = load()
+    call = "CALL.REL.NOINC `($__internal_{}_$__cuda_sm20_div_s64)"
+    spill = "STL [R1+0x28], RZ{}(*\"SpillRefill\"*)"
+    a = m.sass_hashes(kernel("kA", ".L_x_1", body=call.format(25)) +
+                      kernel("kB", ".L_x_3", body=spill.format(" " * 20)))
+    b = m.sass_hashes(kernel("kA", ".L_x_1", body=call.format(19)) +
+                      kernel("kB", ".L_x_3", body=spill.format(" " * 21)))
+    assert a == b
+    other = m.sass_hashes(kernel("kA", ".L_x_1", body=call.format(25).replace("div", "rem")) +
+                          kernel("kB", ".L_x_3", body=spill.format(" " * 20)))
+    assert other["kA"] != a["kA"]  # a different helper still counts

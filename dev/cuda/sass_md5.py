@@ -11,9 +11,9 @@ the first, "=" where its SASS is the first one's instruction for instruction, el
 (or "-" where the kernel is missing). The hash covers the instruction texts only -- no
 addresses, no line information -- and branch targets as the address of their label, because
 nvdisasm numbers labels across the whole cubin (a change in one kernel renumbers the labels of
-the ones after it). How the thirty-second session showed that a refactored source compiles to
-the measured variants (bench/results/bwd-s36-early-dv.txt), and that a comment-only change is
-one.
+the ones after it); ptxas's internal helpers' numbers and comment padding do not count
+either. How the thirty-second session showed that a refactored source compiles to the measured
+variants (bench/results/bwd-s36-early-dv.txt), and that a comment-only change is one.
 """
 import argparse
 import hashlib
@@ -25,14 +25,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sass_loops import disassemble, parse  # noqa: E402  (the sibling tool's disassembler)
 
 LABEL_REF = re.compile(r"\.L_x_\d+")
+# ptxas's internal helpers (64-bit division and the like) are numbered across the cubin, like
+# the labels: `$__internal_25_$__cuda_sm20_div_s64` in one build is `$__internal_19_$...` in
+# another where an earlier kernel changed. So are the blanks nvdisasm pads its comments with.
+HELPER_REF = re.compile(r"\$__internal_\d+_\$")
+BLANKS = re.compile(r"\s+")
+
+
+def normalised(text, labels):
+    """One instruction's text without what a change elsewhere in the cubin renumbers."""
+    text = LABEL_REF.sub(lambda m: hex(labels.get(m.group(0), -1)), text)
+    return BLANKS.sub(" ", HELPER_REF.sub("$__internal_$", text)).strip()
 
 
 def sass_hashes(sass):
     """{kernel: 10-hex-digit hash of its instructions} from nvdisasm's text of one cubin"""
     hashes = {}
     for name, (instrs, labels) in parse(sass).items():
-        text = "\n".join(LABEL_REF.sub(lambda m: hex(labels.get(m.group(0), -1)), t)
-                         for _, t, _ in instrs)
+        text = "\n".join(normalised(t, labels) for _, t, _ in instrs)
         hashes[name] = hashlib.md5(text.encode()).hexdigest()[:10]
     return hashes
 
