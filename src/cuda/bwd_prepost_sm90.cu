@@ -134,13 +134,15 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
     return __half_as_ushort(__float2half_rn(x));
 }
 
-// One row (b, i, h) of D elements per D/PP_VEC consecutive threads, h fastest so that reads of
-// contiguous (B, S, H, D) tensors are coalesced. Rows i in [Sq, Sq_pad) only write the padding
-// of dlt / lse_log2.
+// One row (b, h, i) of D elements per D/PP_VEC consecutive threads, i fastest, so that the
+// per-row lse reads and dlt / lse_log2 writes are contiguous across a warp (with h fastest they
+// were one 4-byte access per sector, and the kernel 2.5 % slower: bench/results/bwd-s39-prepost.txt);
+// each row's D elements of out / dout are one contiguous piece either way. Rows i in [Sq, Sq_pad)
+// only write the padding of dlt / lse_log2.
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
-// dq_accum: its first zero_rows * B * Hq * D floats zeroed, as (B, zero_rows, Hq, D): zero_rows =
-// Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
-// (bl_bwd_dq_accum_rows, <= Sq_pad; all that matters for zeroing is the range). unkept_rows
+// dq_accum: its first zero_rows * B * Hq * D floats zeroed, 8 per thread in thread order:
+// zero_rows = Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
+// (bl_bwd_dq_accum_rows, <= Sq_pad, so the grid covers the range). unkept_rows
 // (bl_bwd_workspace) is filled too.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
@@ -160,8 +162,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     const bool live = row < rows;
     if (totals && tid < BL_BWD_TOTALS) totals[tid] = 0;  // summed by the window schedule kernel
     if (tid < 2 * BL_BWD_TM_DENSE) unkept_rows[tid] = tid < BL_BWD_TM_DENSE ? INFINITY : 0.0f;
-    const int64_t h = row % dm.heads_q;
-    const int64_t i = (row / dm.heads_q) % dm.seqlen_q_pad;
+    const int64_t i = row % dm.seqlen_q_pad;
+    const int64_t h = (row / dm.seqlen_q_pad) % dm.heads_q;
     const int64_t b = row / (dm.heads_q * dm.seqlen_q_pad);
     float dot = 0.0f;
     if (live && i < dm.seqlen_q) {
@@ -172,9 +174,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
     }
-    if (live && i < zero_rows) {
-        float4 *acc = reinterpret_cast<float4 *>(
-            dq_accum + ((b * zero_rows + i) * dm.heads_q + h) * D + part * PP_VEC);
+    if (tid * PP_VEC < dm.batch * zero_rows * dm.heads_q * D) {
+        float4 *acc = reinterpret_cast<float4 *>(dq_accum + tid * PP_VEC);
         acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
         acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
@@ -243,15 +244,25 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
                                row % dm.heads_q, (int)(tid % TPR));
 }
 
-// The tile layouts: one CTA per ROWS x 128 block (b, h, row tile m), (B, Hq, rows' tiles) in
-// order; BL_DQ_TILES80 and TILES80G (ROWS = 80), TILES64R (64). A block is the 8 consumer warps'
-// staging (bwd_ws128r80_sm90.cuh): vector (lane, x) of warp w's group t holds query 8t +
-// 2(lane % 4) + (x & 1), column 16w + lane / 4 + 8(x >> 1); TILES80 has each warp's groups
-// one after the other (r80_dq_offset), the others (GROUPED) each group's warps
-// (r80_dq_offset_grouped). The block goes through shared memory in the warp-major order, each
-// warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in distinct
-// banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
+// The tile layouts: one CTA per ROWS x 128 block (b, h, row tile m), stored as (B, Hq, rows'
+// tiles) and taken in pp_block_coords' order; BL_DQ_TILES80 and TILES80G (ROWS = 80), TILES64R
+// (64). A block is the 8 consumer warps' staging (bwd_ws128r80_sm90.cuh): vector (lane, x) of
+// warp w's group t holds query 8t + 2(lane % 4) + (x & 1), column 16w + lane / 4 + 8(x >> 1);
+// TILES80 has each warp's groups one after the other (r80_dq_offset), the others (GROUPED) each
+// group's warps (r80_dq_offset_grouped). The block goes through shared memory in the warp-major
+// order, each warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in
+// distinct banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
 constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
+// The (b, h, row tile m) block CTA blk of a tile layout's grid converts: heads fastest, so that
+// the CTAs in flight together write (and version 10's rows path reads) the same rows of every
+// head, contiguous in (B, Sq, Hq, D), rather than one head's rows, a piece out of every Hq
+// (bench/results/bwd-s39-prepost.txt: 4-8 us less at 32k x 24, up to 3 us at 16k x 16).
+__device__ __forceinline__ void pp_block_coords(const bl_bwd_dims &dm, int64_t tiles, int64_t blk,
+                                                int64_t *b, int64_t *h, int64_t *m) {
+    *h = blk % dm.heads_q;
+    *m = (blk / dm.heads_q) % tiles;
+    *b = blk / (dm.heads_q * tiles);
+}
 constexpr int PP_TILE_SMEM_FLOATS = (PP80_D / 16) * (16 * PP80_ROWS + 4);  // the larger block
 // CTA blk's block, through `tile` (PP_TILE_SMEM_FLOATS of shared memory).
 template <typename T, int ROWS, bool GROUPED>
@@ -265,8 +276,10 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
     constexpr int WARP_VEC = WARP_FLOATS / 4;
     static_assert(WARPS * WARP_STRIDE <= PP_TILE_SMEM_FLOATS, "the block fits the buffer");
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
-    const int64_t m = blk % tiles, h = (blk / tiles) % dm.heads_q, b = blk / (tiles * dm.heads_q);
-    const float4 *src = reinterpret_cast<const float4 *>(dq_accum + blk * ROWS * PP80_D);
+    int64_t b, h, m;
+    pp_block_coords(dm, tiles, blk, &b, &h, &m);
+    const float4 *src =
+        reinterpret_cast<const float4 *>(dq_accum + ((b * dm.heads_q + h) * tiles + m) * ROWS * PP80_D);
     // vector f: warp f / WARP_VEC, its vector f % WARP_VEC; GROUPED: group f / 256, warp (f / 32) % 8
     for (int f = threadIdx.x; f < WARPS * WARP_VEC; f += PP_THREADS) {
         const int w = GROUPED ? (f >> 5) % WARPS : f / WARP_VEC;
@@ -307,7 +320,8 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
                                                        uint16_t *__restrict__ dq, int64_t sb,
                                                        int64_t ss, int64_t sh, int64_t blk) {
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
-    const int64_t m = blk % tiles, h = (blk / tiles) % dm.heads_q, b = blk / (tiles * dm.heads_q);
+    int64_t b, h, m;
+    pp_block_coords(dm, tiles, blk, &b, &h, &m);
     constexpr int TPR = PP80_D / PP_VEC;
     constexpr int ITEMS = ROWS * TPR / PP_THREADS;  // (row, 8-column part) per thread
     static_assert(ITEMS * PP_THREADS == ROWS * TPR, "the block splits evenly");
