@@ -264,14 +264,19 @@ __device__ __forceinline__ void pp_block_coords(const bl_bwd_dims &dm, int64_t t
     *b = blk / (dm.heads_q * tiles);
 }
 constexpr int PP_TILE_SMEM_FLOATS = (PP80_D / 16) * (16 * PP80_ROWS + 4);  // the larger block
-// CTA blk's block, through `tile` (PP_TILE_SMEM_FLOATS of shared memory).
-template <typename T, int ROWS, bool GROUPED>
+// Part `part` of PARTS of CTA blk's block (its rows' groups of 8 split evenly), through `tile`
+// (PP_TILE_SMEM_FLOATS / PARTS of shared memory, and a little more).
+template <typename T, int ROWS, bool GROUPED, int PARTS = 1>
 __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float scale,
                                                  const float *__restrict__ dq_accum,
                                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
-                                                 int64_t sh, int64_t blk, float *tile) {
+                                                 int64_t sh, int64_t blk, float *tile,
+                                                 int part = 0) {
     constexpr int WARPS = PP80_D / 16;
-    constexpr int WARP_FLOATS = 16 * ROWS;  // one staging warp's 16 columns x ROWS rows
+    constexpr int GROUPS = ROWS / 8 / PARTS;  // groups of 8 rows in a part
+    static_assert(GROUPS * 8 * PARTS == ROWS, "a part is whole groups");
+    constexpr int PART_ROWS = 8 * GROUPS;
+    constexpr int WARP_FLOATS = 16 * PART_ROWS;  // one staging warp's 16 columns x the part's rows
     constexpr int WARP_STRIDE = WARP_FLOATS + 4;
     constexpr int WARP_VEC = WARP_FLOATS / 4;
     static_assert(WARPS * WARP_STRIDE <= PP_TILE_SMEM_FLOATS, "the block fits the buffer");
@@ -280,16 +285,20 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
     pp_block_coords(dm, tiles, blk, &b, &h, &m);
     const float4 *src =
         reinterpret_cast<const float4 *>(dq_accum + ((b * dm.heads_q + h) * tiles + m) * ROWS * PP80_D);
-    // vector f: warp f / WARP_VEC, its vector f % WARP_VEC; GROUPED: group f / 256, warp (f / 32) % 8
+    // vector f of the part: warp f / WARP_VEC, its vector f % WARP_VEC; GROUPED: group f / 256,
+    // warp (f / 32) % 8. In the block, a warp's part starts GROUPS * 32 vectors into its
+    // ROWS / 8 * 32 (TILES80); a GROUPED part is GROUPS * 256 contiguous vectors.
     for (int f = threadIdx.x; f < WARPS * WARP_VEC; f += PP_THREADS) {
         const int w = GROUPED ? (f >> 5) % WARPS : f / WARP_VEC;
         const int v = GROUPED ? (f / (32 * WARPS)) * 32 + (f & 31) : f % WARP_VEC;
-        *reinterpret_cast<float4 *>(&tile[w * WARP_STRIDE + 4 * v]) = src[f];
+        const int from = GROUPED ? part * WARPS * WARP_VEC + f
+                                 : w * PARTS * WARP_VEC + part * WARP_VEC + v;
+        *reinterpret_cast<float4 *>(&tile[w * WARP_STRIDE + 4 * v]) = src[from];
     }
     __syncthreads();
-    for (int item = threadIdx.x; item < ROWS * (PP80_D / PP_VEC); item += PP_THREADS) {
+    for (int item = threadIdx.x; item < PART_ROWS * (PP80_D / PP_VEC); item += PP_THREADS) {
         const int q = item / (PP80_D / PP_VEC), c = item % (PP80_D / PP_VEC);
-        const int64_t i = m * ROWS + q;
+        const int64_t i = m * ROWS + part * PART_ROWS + q;
         if (i >= dm.seqlen_q) continue;
         // columns 8c..8c+7: warp c / 2, register pair x >> 1 = c % 2, lanes 4 lg + lt for lg = 0..7
         const int t = q >> 3, lt = (q & 7) >> 1;
@@ -300,12 +309,17 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
         *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + c * PP_VEC) = o.u;
     }
 }
+// CTAs per block of the tile kernel: two halves take half the shared memory each, so 8 CTAs of
+// 256 threads fit an SM where 5 whole blocks did.
+constexpr int PP_TILE_PARTS = 2;
 template <typename T, int ROWS, bool GROUPED>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
-    __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
-    postprocess_tile<T, ROWS, GROUPED>(dm, scale, dq_accum, dq, sb, ss, sh, blockIdx.x, tile);
+    __shared__ __align__(16) float tile[(PP80_D / 16) * (16 * ROWS / PP_TILE_PARTS + 4)];
+    postprocess_tile<T, ROWS, GROUPED, PP_TILE_PARTS>(dm, scale, dq_accum, dq, sb, ss, sh,
+                                                      blockIdx.x / PP_TILE_PARTS, tile,
+                                                      blockIdx.x % PP_TILE_PARTS);
 }
 
 // ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D) accumulator with permuted columns
@@ -429,7 +443,7 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         const bool r64 = layout == BL_DQ_TILES64R;
         auto kernel = r64 ? bl_bwd_postprocess_tile_kernel<T, BL_BWD_TM, true>
                           : bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, true>;
-        kernel<<<(unsigned)(r64 ? r64_blocks : r80_blocks), PP_THREADS, 0, stream>>>(
+        kernel<<<(unsigned)((r64 ? r64_blocks : r80_blocks) * PP_TILE_PARTS), PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
@@ -448,7 +462,8 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         return BL_OK;
     }
     if (layout == BL_DQ_TILES80) {
-        bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, false><<<(unsigned)r80_blocks, PP_THREADS, 0, stream>>>(
+        bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, false>
+            <<<(unsigned)(r80_blocks * PP_TILE_PARTS), PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
