@@ -263,15 +263,23 @@ __device__ __forceinline__ void pp_block_coords(const bl_bwd_dims &dm, int64_t t
     *m = (blk / dm.heads_q) % tiles;
     *b = blk / (dm.heads_q * tiles);
 }
-constexpr int PP_TILE_SMEM_FLOATS = (PP80_D / 16) * (16 * PP80_ROWS + 4);  // the larger block
-// Part `part` of PARTS of CTA blk's block (its rows' groups of 8 split evenly), through `tile`
-// (PP_TILE_SMEM_FLOATS / PARTS of shared memory, and a little more).
-template <typename T, int ROWS, bool GROUPED, int PARTS = 1>
+// CTAs per block of the conversions: each converts a part of the block's rows (whole groups of
+// 8), so that a half block's shared memory and registers let 8 CTAs of 256 threads share an SM
+// where 5 (tile layouts) or 3 (version 10's rows, 70 registers) whole blocks fit
+// (bench/results/bwd-s39-prepost.txt runs 3-4).
+constexpr int PP_TILE_PARTS = 2;
+// Shared memory (floats) of a part of a ROWS-row block: each staging warp's 16 columns x the
+// part's rows, 4 floats apart.
+__host__ __device__ constexpr int pp_tile_floats(int rows) {
+    return (PP80_D / 16) * (16 * rows / PP_TILE_PARTS + 4);
+}
+// Part `part` (of PP_TILE_PARTS) of CTA blk's block, through `tile` (pp_tile_floats(ROWS)).
+template <typename T, int ROWS, bool GROUPED>
 __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float scale,
                                                  const float *__restrict__ dq_accum,
                                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
-                                                 int64_t sh, int64_t blk, float *tile,
-                                                 int part = 0) {
+                                                 int64_t sh, int64_t blk, int part, float *tile) {
+    constexpr int PARTS = PP_TILE_PARTS;
     constexpr int WARPS = PP80_D / 16;
     constexpr int GROUPS = ROWS / 8 / PARTS;  // groups of 8 rows in a part
     static_assert(GROUPS * 8 * PARTS == ROWS, "a part is whole groups");
@@ -279,7 +287,7 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
     constexpr int WARP_FLOATS = 16 * PART_ROWS;  // one staging warp's 16 columns x the part's rows
     constexpr int WARP_STRIDE = WARP_FLOATS + 4;
     constexpr int WARP_VEC = WARP_FLOATS / 4;
-    static_assert(WARPS * WARP_STRIDE <= PP_TILE_SMEM_FLOATS, "the block fits the buffer");
+    static_assert(WARPS * WARP_STRIDE <= pp_tile_floats(ROWS), "the part fits the buffer");
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
     int64_t b, h, m;
     pp_block_coords(dm, tiles, blk, &b, &h, &m);
@@ -309,17 +317,13 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
         *reinterpret_cast<uint4 *>(dq + b * sb + i * ss + h * sh + c * PP_VEC) = o.u;
     }
 }
-// CTAs per block of the tile kernel: two halves take half the shared memory each, so 8 CTAs of
-// 256 threads fit an SM where 5 whole blocks did.
-constexpr int PP_TILE_PARTS = 2;
 template <typename T, int ROWS, bool GROUPED>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
-    __shared__ __align__(16) float tile[(PP80_D / 16) * (16 * ROWS / PP_TILE_PARTS + 4)];
-    postprocess_tile<T, ROWS, GROUPED, PP_TILE_PARTS>(dm, scale, dq_accum, dq, sb, ss, sh,
-                                                      blockIdx.x / PP_TILE_PARTS, tile,
-                                                      blockIdx.x % PP_TILE_PARTS);
+    __shared__ __align__(16) float tile[pp_tile_floats(ROWS)];
+    postprocess_tile<T, ROWS, GROUPED>(dm, scale, dq_accum, dq, sb, ss, sh,
+                                       blockIdx.x / PP_TILE_PARTS, blockIdx.x % PP_TILE_PARTS, tile);
 }
 
 // ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D) accumulator with permuted columns
@@ -332,31 +336,35 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
                                                        const float *__restrict__ dq_accum,
                                                        const uint8_t *__restrict__ dq_writers,
                                                        uint16_t *__restrict__ dq, int64_t sb,
-                                                       int64_t ss, int64_t sh, int64_t blk) {
+                                                       int64_t ss, int64_t sh, int64_t blk,
+                                                       int part) {
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
     int64_t b, h, m;
     pp_block_coords(dm, tiles, blk, &b, &h, &m);
     constexpr int TPR = PP80_D / PP_VEC;
-    constexpr int ITEMS = ROWS * TPR / PP_THREADS;  // (row, 8-column part) per thread
-    static_assert(ITEMS * PP_THREADS == ROWS * TPR, "the block splits evenly");
+    constexpr int PART_ROWS = ROWS / PP_TILE_PARTS;
+    static_assert(PART_ROWS * PP_TILE_PARTS == ROWS, "the block splits evenly");
+    constexpr int PART_ITEMS = PART_ROWS * TPR;  // (row, 8-column part) pairs of the part
+    constexpr int ITEMS = (PART_ITEMS + PP_THREADS - 1) / PP_THREADS;  // per thread
+    const int64_t row0 = m * ROWS + part * PART_ROWS;
     float4 a[ITEMS][2];
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
         const int item = threadIdx.x + x * PP_THREADS;
-        const int64_t i = m * ROWS + item / TPR;
+        const int64_t i = row0 + item / TPR;
         const float4 *acc = reinterpret_cast<const float4 *>(
             dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
         a[x][0] = a[x][1] = make_float4(0.f, 0.f, 0.f, 0.f);
         const bool written =
             !dq_writers || bl_bwd_tile_writers(bl_bwd_tile_writer_runs(
                                dq_writers, (b * dm.heads_q + h) * dm.tiles_m + i / BL_BWD_TM)) != 0;
-        if (i < dm.seqlen_q && written) a[x][0] = acc[0], a[x][1] = acc[1];
+        if (item < PART_ITEMS && i < dm.seqlen_q && written) a[x][0] = acc[0], a[x][1] = acc[1];
     }
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
         const int item = threadIdx.x + x * PP_THREADS;
-        const int64_t i = m * ROWS + item / TPR;
-        if (i < dm.seqlen_q)
+        const int64_t i = row0 + item / TPR;
+        if (item < PART_ITEMS && i < dm.seqlen_q)
             store_row_part<T>(a[x][0], a[x][1], true, scale,
                               dq + b * sb + i * ss + h * sh + (item % TPR) * PP_VEC);
     }
@@ -379,21 +387,23 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
                                  const unsigned long long *__restrict__ totals,
                                  const uint8_t *__restrict__ dq_writers,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
-    __shared__ __align__(16) float tile[PP_TILE_SMEM_FLOATS];
-    const int64_t blk = blockIdx.x;
+    __shared__ __align__(16) float tile[pp_tile_floats(PP80_ROWS)];  // the larger part
+    const int64_t blk = blockIdx.x / PP_TILE_PARTS;
+    const int part = (int)(blockIdx.x % PP_TILE_PARTS);
     const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
     const int64_t r64_blocks = dm.batch * dm.heads_q * dm.tiles_m;
     if (CAUSAL) {
         if (!bl_bwd_rows80_chosen(totals, true)) {
             if (blk < r80_blocks)
-                postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
-                                                     sh, blk);
+                postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb,
+                                                        ss, sh, blk, part);
         } else if (!bl_bwd_masked_full(totals) && bl_bwd_packed_chosen(totals, true)) {
             if (blk < r64_blocks)
                 postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
-                                                     tile);
+                                                        part, tile);
         } else if (blk < r80_blocks) {
-            postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+            postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
+                                                     part, tile);
         }
         return;
     }
@@ -401,15 +411,18 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     if (full || (rows80 && !bl_bwd_packed_chosen(totals, false))) {
         if (blk >= r80_blocks) return;
         if (full)
-            postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+            postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
+                                                     part, tile);
         else
-            postprocess_tile<T, PP80_ROWS, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+            postprocess_tile<T, PP80_ROWS, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
+                                                    part, tile);
     } else if (blk < r64_blocks) {
         if (rows80)
-            postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, tile);
+            postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
+                                                    part, tile);
         else
-            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh,
-                                                 blk);
+            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
+                                                    sh, blk, part);
     }
 }
 
@@ -451,7 +464,7 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
     if (layout == BL_DQ_CHOSEN || layout == BL_DQ_PACKED) {
         // the grid covers the 64-row picks too
         const bool packed = layout == BL_DQ_PACKED;
-        const int64_t grid = r64_blocks > r80_blocks ? r64_blocks : r80_blocks;
+        const int64_t grid = (r64_blocks > r80_blocks ? r64_blocks : r80_blocks) * PP_TILE_PARTS;
         auto kernel = packed ? bl_bwd_postprocess_picked_kernel<T, false>
                              : bl_bwd_postprocess_picked_kernel<T, true>;
         // ws->dq_writers: the entries of each row tile (NULL unless bl_bwd_dq_writers_used)
