@@ -136,8 +136,9 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 
 // One row (b, h, i) of D elements per D/PP_VEC consecutive threads, i fastest, so that the
 // per-row lse reads and dlt / lse_log2 writes are contiguous across a warp (with h fastest they
-// were one 4-byte access per sector, and the kernel 2.5 % slower: bench/results/bwd-s39-prepost.txt);
-// each row's D elements of out / dout are one contiguous piece either way. Rows i in [Sq, Sq_pad)
+// were one 4-byte access per sector, and the kernel 2.5 % slower:
+// bench/results/bwd-s39-prepost.txt); each row's D elements of out / dout are one contiguous
+// piece either way. Rows i in [Sq, Sq_pad)
 // only write the padding of dlt / lse_log2.
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
 // dq_accum: its first zero_rows * B * Hq * D floats zeroed, 8 per thread in thread order:
@@ -291,8 +292,8 @@ __device__ __forceinline__ void postprocess_tile(const bl_bwd_dims &dm, float sc
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
     int64_t b, h, m;
     pp_block_coords(dm, tiles, blk, &b, &h, &m);
-    const float4 *src =
-        reinterpret_cast<const float4 *>(dq_accum + ((b * dm.heads_q + h) * tiles + m) * ROWS * PP80_D);
+    const int64_t block = (b * dm.heads_q + h) * tiles + m;  // where the layout stores it
+    const float4 *src = reinterpret_cast<const float4 *>(dq_accum + block * ROWS * PP80_D);
     // vector f of the part: warp f / WARP_VEC, its vector f % WARP_VEC; GROUPED: group f / 256,
     // warp (f / 32) % 8. In the block, a warp's part starts GROUPS * 32 vectors into its
     // ROWS / 8 * 32 (TILES80); a GROUPED part is GROUPS * 256 contiguous vectors.
@@ -322,12 +323,14 @@ __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[pp_tile_floats(ROWS)];
-    postprocess_tile<T, ROWS, GROUPED>(dm, scale, dq_accum, dq, sb, ss, sh,
-                                       blockIdx.x / PP_TILE_PARTS, blockIdx.x % PP_TILE_PARTS, tile);
+    const int64_t blk = blockIdx.x / PP_TILE_PARTS;
+    postprocess_tile<T, ROWS, GROUPED>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
+                                       (int)(blockIdx.x % PP_TILE_PARTS), tile);
 }
 
-// ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D) accumulator with permuted columns
-// (version 10's), converted by the CTA of tile blk in a tile layout's grid: every load first,
+// Part `part` (of PP_TILE_PARTS) of the ROWS rows (b, h, ROWS m..) of the (B, Sq, Hq, D)
+// accumulator with permuted columns (version 10's), converted by a CTA of tile blk in a tile
+// layout's grid: every load first,
 // then the conversions (a tile layout's shared memory caps the grid's occupancy, so each thread
 // keeps its items' loads in flight together). Rows of a 64-row tile no entry wrote (dq_writers
 // 0) are zeros, not read.
@@ -375,12 +378,13 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 // - BL_DQ_CHOSEN (CAUSAL: a masked causal call), whose picks are the aligned entries'
 //   80-row blocks (or the dense kernel's, the same layout, where the mask keeps every tile the
 //   causal mask allows), the packed entries' 64-row ones (grouped), or version 10's rows,
-//   converted 80 per CTA straight from the (B, Sq, Hq, D) accumulator (a grid over rows would
+//   converted 80 per block straight from the (B, Sq, Hq, D) accumulator (a grid over rows would
 //   run at the occupancy the 80-row path's shared memory allows);
 // - BL_DQ_PACKED (a masked call without a causal mask), whose picks are the dense kernel's
 //   80-row blocks (a mask keeping every tile), aligned entries' 80-row ones (grouped), packed
-//   entries' 64-row ones, or version 10's rows (converted 64 per CTA).
-// Both on the larger of the 64- and 80-row grids, whose extra CTAs return.
+//   entries' 64-row ones, or version 10's rows (converted 64 per block).
+// Both on the larger of the 64- and 80-row grids (PP_TILE_PARTS CTAs per block, each converting
+// its part of the rows: 40 or 32 of version 10's), whose extra CTAs return.
 template <typename T, bool CAUSAL>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
@@ -395,15 +399,15 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     if (CAUSAL) {
         if (!bl_bwd_rows80_chosen(totals, true)) {
             if (blk < r80_blocks)
-                postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb,
-                                                        ss, sh, blk, part);
+                postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
+                                                     sh, blk, part);
         } else if (!bl_bwd_masked_full(totals) && bl_bwd_packed_chosen(totals, true)) {
             if (blk < r64_blocks)
                 postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
-                                                        part, tile);
+                                                     part, tile);
         } else if (blk < r80_blocks) {
             postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
-                                                     part, tile);
+                                                  part, tile);
         }
         return;
     }
@@ -412,17 +416,17 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
         if (blk >= r80_blocks) return;
         if (full)
             postprocess_tile<T, PP80_ROWS, false>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
-                                                     part, tile);
+                                                  part, tile);
         else
             postprocess_tile<T, PP80_ROWS, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
-                                                    part, tile);
+                                                 part, tile);
     } else if (blk < r64_blocks) {
         if (rows80)
             postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
-                                                    part, tile);
+                                                 part, tile);
         else
             postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
-                                                    sh, blk, part);
+                                                 sh, blk, part);
     }
 }
 
@@ -456,7 +460,8 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         const bool r64 = layout == BL_DQ_TILES64R;
         auto kernel = r64 ? bl_bwd_postprocess_tile_kernel<T, BL_BWD_TM, true>
                           : bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, true>;
-        kernel<<<(unsigned)((r64 ? r64_blocks : r80_blocks) * PP_TILE_PARTS), PP_THREADS, 0, stream>>>(
+        const int64_t grid = (r64 ? r64_blocks : r80_blocks) * PP_TILE_PARTS;
+        kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(
             dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
         return BL_OK;
