@@ -5,29 +5,20 @@
 # tests/gpu on the working tree's library. Everything lands in $OUT: checks.txt, pytest.txt and
 # lib_timeline_ab.sh's timelines.txt / timelines-summary.txt (the summary is also printed).
 # It strings together the commands of bench/results/bwd-s39-prepost.txt runs 2-4 (run there
-# inline, one by one); as one script it has not run on the device yet.
+# inline, one by one); the checks are bwd_compare.sh's (no timing modes), the shipped picks only
+# (ATTN_BWD_CHECK_SHIPPED=1); as one script it has not run on the device yet.
 # Usage (repository root), after building the checker here and the base tree:
 #   bash dev/cuda/bwd_build_tree.sh NAME .          # -> build/sedvar/NAME/attn_bwd
 #   git archive REV CMakeLists.txt src include | tar -x -C build/tree_base
 #   (device, carry ["build/tree_base", "build/sedvar"])
-#   OUT=$OUT bash dev/cuda/change_ab.sh build/sedvar/NAME/attn_bwd build/tree_base \
+#   OUT=$OUT bash dev/cuda/change_ab.sh NAME build/tree_base \
 #       "1,16384,16,128;1,16384,16,128 --causal" dense,1.0,0.1,0.01 [ROUNDS]
 set -uo pipefail
-checker=$1 base_tree=$2 configs=$3 keeps=$4 rounds=${5:-2}
+name=$1 base_tree=$2 configs=$3 keeps=$4 rounds=${5:-2}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-{
-    echo "== check (the shipped picks, and the 80-row kernel on 3 CTAs)"
-    ATTN_BWD_CHECK_SHIPPED=1 "$checker" check 2>&1 | tail -1
-    echo "== compute-sanitizer memcheck small"
-    ATTN_BWD_CHECK_SHIPPED=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$checker" small 2>&1 |
-        tail -1
-    echo "memcheck rc ${PIPESTATUS[0]}"
-    echo "== compute-sanitizer racecheck small"
-    ATTN_BWD_CHECK_SHIPPED=1 compute-sanitizer --tool racecheck --racecheck-report all \
-        --error-exitcode 9 "$checker" small 2>&1 | tail -1
-    echo "racecheck rc ${PIPESTATUS[0]}"
-} > "$OUT/checks.txt" 2>&1
+# check, memcheck and racecheck of build/sedvar/NAME (logs check.txt, memcheck.txt, racecheck.txt)
+ATTN_BWD_CHECK_SHIPPED=1 OUT=$OUT bash dev/cuda/bwd_compare.sh "$name" "" 1 > "$OUT/checks.txt" 2>&1
 cat "$OUT/checks.txt"
 # Builds build/ab_new (working tree) and build/ab_base, then the timelines.
 OUT=$OUT bash dev/cuda/lib_timeline_ab.sh "$base_tree" "$configs" "$keeps" "$rounds" > /dev/null 2>&1 ||
