@@ -6,7 +6,8 @@
 # lib_timeline_ab.sh's timelines.txt / timelines-summary.txt (the summary is also printed).
 # It strings together the commands of bench/results/bwd-s39-prepost.txt runs 2-4 (run there
 # inline, one by one); the checks are bwd_compare.sh's (no timing modes), the shipped picks only
-# (ATTN_BWD_CHECK_SHIPPED=1); as one script it has not run on the device yet.
+# (ATTN_BWD_CHECK_SHIPPED=1). As one script: bench/results/bwd-s40-split-tail.txt runs 1-4, ~300-
+# 360 s a call with four shapes x two rounds of timelines (within the device's 600 s a command).
 # Usage (repository root), after building the checker here and the base tree:
 #   bash dev/cuda/bwd_build_tree.sh NAME .          # -> build/sedvar/NAME/attn_bwd
 #   git archive REV CMakeLists.txt src include | tar -x -C build/tree_base
