@@ -326,3 +326,45 @@ def test_gpu_runs_on_a_side_stream():
         out, _, _ = back_lite.forward(q, k, v)
     torch.cuda.current_stream().wait_stream(stream)
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_forward_is_reproducible(dtype, head_dim, causal):
+    """out, lse and W come out the same bits in every call: each (batch, head, row tile) is one
+    CTA's, its key tiles and the tile masses summed in a fixed order (README, Reproducibility)."""
+    q, k, v = random_qkv(1, 1500, 1500, 4, 2, head_dim, dtype, DEV)
+    first = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+    for _ in range(2):
+        again = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+        for name, a, b in zip(("out", "lse", "W"), again, first):
+            assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim,causal,tiles", [
+    (128, False, "dense"), (128, True, "dense"), (64, False, "dense"), (64, True, "dense"),
+    (128, False, "mask"), (128, True, "mask"), (64, True, "mask"), (128, True, "select")])
+def test_gpu_backward_is_reproducible(dtype, head_dim, causal, tiles):
+    """dK and dV come out the same bits in every call (each key tile's are one CTA's sums, over
+    its row tiles and the query heads of its group, in a fixed order); dQ is the sum of fp32
+    reduce-adds from the CTAs of many key tiles, in the order they finish, so it may differ from
+    call to call by rounding: at most an ulp of the output dtype here (README, Reproducibility)."""
+    q, k, v = random_qkv(1, 1500, 1500, 4, 2, head_dim, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse, w = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+    kw = {}
+    if tiles == "mask":
+        tm, tn = back_lite.num_tiles(1500, 1500, DEV)
+        gen = torch.Generator(device=DEV).manual_seed(1)
+        kw["mask"] = torch.rand(1, 4, tm, tn, device=DEV, generator=gen) < 0.5
+    elif tiles == "select":
+        kw.update(tile_mass=w, negl_prob=0.05)
+    first = back_lite.backward(dout, q, k, v, out, lse, causal=causal, **kw)
+    eps = torch.finfo(dtype).eps
+    for _ in range(3):
+        again = back_lite.backward(dout, q, k, v, out, lse, causal=causal, **kw)
+        assert torch.equal(again[1], first[1]), "dk"
+        assert torch.equal(again[2], first[2]), "dv"
+        torch.testing.assert_close(again[0], first[0], rtol=2 * eps, atol=1e-5)
