@@ -307,8 +307,12 @@ def test_gpu_compile_fullgraph():
 
     eager = run(lambda a, b, c: attn(a, b, c, causal=True))
     compiled = run(torch.compile(lambda a, b, c: attn(a, b, c, causal=True), fullgraph=True))
-    for a, b in zip(eager, compiled):
-        assert torch.equal(a, b)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), eager, compiled):
+        if name == "dq":  # fp32 reduce-adds in the order CTAs finish: within an ulp
+            eps = torch.finfo(a.dtype).eps
+            torch.testing.assert_close(a, b, rtol=2 * eps, atol=1e-5)
+        else:
+            assert torch.equal(a, b), name
 
 
 def test_gpu_fp32_is_rejected_with_its_name():
