@@ -308,7 +308,7 @@ def test_gpu_compile_fullgraph():
     eager = run(lambda a, b, c: attn(a, b, c, causal=True))
     compiled = run(torch.compile(lambda a, b, c: attn(a, b, c, causal=True), fullgraph=True))
     for name, a, b in zip(("out", "dq", "dk", "dv"), eager, compiled):
-        if name == "dq":  # fp32 reduce-adds in the order CTAs finish: within an ulp
+        if name == "dq":  # fp32 reduce-adds in the order CTAs finish: equal up to rounding
             eps = torch.finfo(a.dtype).eps
             torch.testing.assert_close(a, b, rtol=2 * eps, atol=1e-5)
         else:
@@ -354,7 +354,7 @@ def test_gpu_backward_is_reproducible(dtype, head_dim, causal, tiles):
     """dK and dV come out the same bits in every call (each key tile's are one CTA's sums, over
     its row tiles and the query heads of its group, in a fixed order); dQ is the sum of fp32
     reduce-adds from the CTAs of many key tiles, in the order they finish, so it may differ from
-    call to call by rounding: at most an ulp of the output dtype here (README, Reproducibility)."""
+    call to call by rounding: two ulps of the output dtype allowed (README, Reproducibility)."""
     q, k, v = random_qkv(1, 1500, 1500, 4, 2, head_dim, dtype, DEV)
     dout = torch.randn(q.shape, device=DEV).to(dtype)
     out, lse, w = back_lite.forward(q, k, v, causal=causal, with_stats=True)
