@@ -13,8 +13,15 @@ import sys
 from collections import defaultdict
 
 HEAD = re.compile(r"== (\S+) round \d+")
-# Template arguments of attn_fwd_sm90_ws_kernel: D, BF16, CAUSAL, STATS, PARK_SMEM, NWG.
-KERNEL = re.compile(r"attn_fwd_sm90_ws_kernel<(\d+), \d+, (\d), (\d), \d, \d>")
+# Template arguments of attn_fwd_sm90_ws_kernel: D, BF16, CAUSAL, STATS, PARK (a bool before the
+# thirty-seventh session, then the Park enum), NWG.
+KERNEL = re.compile(r"attn_fwd_sm90_ws_kernel<(\d+), [^,]+, ([^,]+), ([^,]+), [^,]+, [^,>]+>")
+
+
+def flag(arg):
+    """A bool template argument as ncu prints it ("1", "true" or "(bool)1")."""
+    return 1 if arg.strip().endswith(("1", "true")) else 0
+
 SHAPES = ["1x16384x16x128", "1x16384x16x128 causal", "1x32768x24x128", "1x32768x24x128 causal",
           "1x16384x16x64", "1x16384x16x64 causal", "4x4096x16x64", "4x4096x16x64 causal"]
 
@@ -38,7 +45,7 @@ def parse(paths):
             k = KERNEL.search(row[4])
             if not k:
                 continue
-            stats, us = int(k.group(3)), float(row[-1].replace(",", "")) / 1e3
+            stats, us = flag(k.group(3)), float(row[-1].replace(",", "")) / 1e3
             if procs and procs[-1][0] == row[1]:
                 procs[-1][2].append(us)
             else:
