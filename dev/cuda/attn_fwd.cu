@@ -436,8 +436,9 @@ int main(int argc, char **argv) {
         // More work tiles than SMs: several tiles per CTA, so the TMA kernel's deferred W
         // reduction (tile t summed during tile t+1) runs across tiles and parities.
         cases.push_back({1, 2048, 300, 40, 8, 64, true, true, 0, 1.f, 1.f, -1});
-        // The statistics' bulk-copied parking ring (head dim 128, and head dim 64 with Tn > 128):
-        // several work tiles per CTA with and without the causal mask (end and early parks).
+        // Statistics parked in the workspace (head dim 128, and head dim 64 with Tn > 128) under
+        // the sanitizers too: several work tiles per CTA, with and without the causal mask (the
+        // end and the early park).
         cases.push_back({1, 1024, 700, 40, 8, 128, true, false, 0, 1.f, 1.f, -1});
         cases.push_back({1, 1024, 1024, 20, 4, 128, false, true, 0, 1.f, 1.f, -1});
         cases.push_back({1, 192, 16500, 2, 1, 64, true, false, 0, 1.f, 1.f, -1});

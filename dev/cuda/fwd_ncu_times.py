@@ -13,8 +13,8 @@ import sys
 from collections import defaultdict
 
 HEAD = re.compile(r"== (\S+) round \d+")
-# Template arguments of attn_fwd_sm90_ws_kernel: D, BF16, CAUSAL, STATS, PARK (a bool before the
-# thirty-seventh session, then the Park enum), NWG.
+# Template arguments of attn_fwd_sm90_ws_kernel: D, BF16, CAUSAL, STATS, PARK_SMEM, NWG (builds of
+# dev/cuda/wip/fwd-park-bulk-ring.patch have an enum in place of PARK_SMEM).
 KERNEL = re.compile(r"attn_fwd_sm90_ws_kernel<(\d+), [^,]+, ([^,]+), ([^,]+), [^,]+, [^,>]+>")
 
 
