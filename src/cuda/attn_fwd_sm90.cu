@@ -392,22 +392,40 @@ __device__ __forceinline__ float *park_row_ptr(float *ws, int num_ktiles, const 
     return ws + (int64_t)(tp.row + 8 * (tp.quad_col & 1)) * num_ktiles;
 }
 
-// Parks the row tile log2-mass of key tile n until the row's lse is known. Two shuffles leave the
+// The row tile log2-mass of key tile n, parked (park_store) until the row's lse is known;
+// park_tile_logmass forms and stores it at once. Two shuffles leave the
 // quad's sum of row (quad_col & 1) in every thread: exchange the row a thread does not keep, then
 // add the other pair's sum. Threads quad_col 2 and 3 hold the same sums as 0 and 1 and store the
 // same value to the same address (one transaction): no branch, no divergence in the hot loop.
 // PARK_SMEM: the slot is in the CTA's shared memory (park_row points there), else in the
 // L2-resident workspace.
-template <bool PARK_SMEM>
-__device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadPos &tp, int n,
-                                                  const float (&rowsum)[2], const RowState &st) {
+__device__ __forceinline__ float tile_logmass(const ThreadPos &tp, const float (&rowsum)[2],
+                                              const RowState &st) {
     const bool odd = tp.quad_col & 1;
     float mine = odd ? rowsum[1] : rowsum[0];
     mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
     mine += __shfl_xor_sync(0xffffffffu, mine, 2);
-    const float logmass = lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]);
+    return lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]);
+}
+template <bool PARK_SMEM>
+__device__ __forceinline__ void park_store(float *park_row, int n, float logmass) {
     if (PARK_SMEM) park_row[n] = logmass;
     else __stcg(park_row + n, logmass);
+}
+template <bool PARK_SMEM>
+__device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadPos &tp, int n,
+                                                  const float (&rowsum)[2], const RowState &st) {
+    park_store<PARK_SMEM>(park_row, n, tile_logmass(tp, rowsum, st));
+}
+
+// End parks only: whether tile n's log2-mass, formed at the end of iteration n, is stored one
+// iteration later (at the end of iteration n+1, or after the last P V), so that the store never
+// waits for the shuffles and lg2 just issued. Measured under ncu (bench/results/
+// fwd-s42-park-defer.txt): -1.2..-1.4 % of the statistics kernel at head dim 64 with a causal
+// mask, level at head dim 128 without one (which keeps the plain end park).
+template <int D, bool CAUSAL>
+__device__ __forceinline__ constexpr bool park_store_deferred() {
+    return D == 64 && CAUSAL;
 }
 
 // Where the warp-specialized kernel parks key tile n's log2-mass: at the end of iteration n
@@ -639,6 +657,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
     constexpr int kConsumerWarps = NWG * kThreadsPerWarpgroup / 32;
     static_assert(NWG == 2 || D == 64, "three consumers: head dim 64 only");
     constexpr bool kParkEarly = park_early<D, CAUSAL>();
+    constexpr bool kParkDefer = !kParkEarly && park_store_deferred<D, CAUSAL>();
     const FwdParams &p = tp_.p;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -733,7 +752,10 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             if (w.n_end == 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
             softmax_tile<CAUSAL>(s, p, w, tp, 0, st, alpha, rowsum);
             convert_p<BF16>(s, pa);
-            if (STATS && !kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, 0, rowsum, st);
+            float pending = 0.f;  // kParkDefer: the last tile's log2-mass, not yet stored
+            if (STATS && !kParkEarly && !kParkDefer)
+                park_tile_logmass<PARK_SMEM>(park_row, tp, 0, rowsum, st);
+            if (STATS && kParkDefer) pending = tile_logmass(tp, rowsum, st);
             // key tiles 1 .. n_end-1: issue P(n-1) V and Q K(n)^T, softmax(n) under P(n-1) V
             for (int n = 1; n < w.n_end; ++n) {
                 const int pstage = stage;
@@ -768,7 +790,13 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                 // Tile n's statistics at the end of the iteration, where the warpgroup would
                 // otherwise wait for its turn: measured 4% cheaper at 16k x 64 causal than in the
                 // shadow of the next GEMM issue (bench/results/fwd-parkend-ab.txt).
-                if (STATS && !kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, n, rowsum, st);
+                if (STATS && !kParkEarly && !kParkDefer)
+                    park_tile_logmass<PARK_SMEM>(park_row, tp, n, rowsum, st);
+                if (STATS && kParkDefer) {
+                    const float v = tile_logmass(tp, rowsum, st);
+                    park_store<PARK_SMEM>(park_row, n - 1, pending);
+                    pending = v;
+                }
             }
             // last P V
             mbarrier_wait(L::v_full(base, stage), phase);
@@ -780,6 +808,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             wgmma_commit();
             named_barrier_arrive(their_turn, kTurnThreads);
             if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, w.n_end - 1, rowsum, st);
+            if (STATS && kParkDefer) park_store<PARK_SMEM>(park_row, w.n_end - 1, pending);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
