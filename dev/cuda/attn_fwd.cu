@@ -442,6 +442,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 1024, 700, 40, 8, 128, true, false, 0, 1.f, 1.f, -1});
         cases.push_back({1, 1024, 1024, 20, 4, 128, false, true, 0, 1.f, 1.f, -1});
         cases.push_back({1, 192, 16500, 2, 1, 64, true, false, 0, 1.f, 1.f, -1});
+        // ... and head dim 64 with a causal mask there (its end park stored one iteration late)
+        cases.push_back({1, 192, 16500, 2, 1, 64, true, true, 0, 1.f, 1.f, -1});
         if (!strcmp(mode, "check")) {
             // ... with rows that see no key (causal, Sq > Sk: tiles with n_end = 0 in between)
             cases.push_back({1, 8192, 1000, 8, 2, 64, true, true, 0, 1.f, 1.f, -1});
