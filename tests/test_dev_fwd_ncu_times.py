@@ -4,6 +4,8 @@ printed as a digit or as an enum value) must both be read, plain and statistics 
 import contextlib
 import io
 
+import pytest
+
 from script_loader import load_script
 
 
@@ -37,3 +39,21 @@ def test_reads_both_template_spellings(tmp_path):
     lines = [ln.split() for ln in out.getvalue().splitlines()[1:]]
     assert lines[0][:2] == ["base", "1x16384x16x128"] and lines[0][4] == "1.050"
     assert lines[1][:2] == ["old", "1x16384x16x128"] and lines[1][4] == "1.051"
+
+
+def test_labels_must_match_the_kernels(tmp_path):
+    """A log that ran other shapes than the default eight is refused unless --shapes names them,
+    and then labelled with them."""
+    tool = load_script("dev/cuda/fwd_ncu_times.py")
+    k64c = "attn_fwd_sm90_ws_kernel<64, true, true, {s}, true, 3>"
+    log = tmp_path / "ncu.log"
+    text = "== base round 1\n"
+    text += row(11, k64c.format(s="false"), 1300_000) + row(12, k64c.format(s="true"), 1350_000)
+    log.write_text(text)
+    with pytest.raises(SystemExit, match="head dim 64, causal=1"):
+        tool.main([str(log)])  # default label of shape 1: 1x16384x16x128, non-causal
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        tool.main([str(log), "--shapes", "1x16384x16x64 causal"])
+    line = out.getvalue().splitlines()[1].split()
+    assert line[:3] == ["base", "1x16384x16x64", "causal"] and line[5] == "1.038"

@@ -5,7 +5,12 @@ forward kernel, two launches per `attn_fwd one` process, plain then statistics p
 per variant and shape the mean plain and statistics kernel times (us) over launches and rounds,
 their ratio, and each time's ratio to the variant named "base".
 
-    python3 dev/cuda/fwd_ncu_times.py LOG [LOG ...]
+    python3 dev/cuda/fwd_ncu_times.py LOG [LOG ...] [--shapes "1x16384x16x64 causal;4x4096x16x64"]
+
+The rows are labelled with the shapes in the order `fwd_sed_variants.sh ncu` runs them (SHAPES),
+or with --shapes where a log ran others; a label whose head dim or mask disagrees with the
+kernel's template arguments stops the tool (the thirty-eighth session relabelled such a table by
+hand).
 """
 import csv
 import re
@@ -26,17 +31,20 @@ SHAPES = ["1x16384x16x128", "1x16384x16x128 causal", "1x32768x24x128", "1x32768x
           "1x16384x16x64", "1x16384x16x64 causal", "4x4096x16x64", "4x4096x16x64 causal"]
 
 
-def parse(paths):
-    """(variant, shape index, stats) -> [us]; launches grouped by profiled process, in order."""
+def parse(paths, kernels=None):
+    """(variant, shape index, stats) -> [us]; launches grouped by profiled process, in order.
+    kernels, if given, gets (variant, shape index) -> (head dim, causal) of the kernel timed."""
     times = defaultdict(list)
+    kernels = {} if kernels is None else kernels
     for path in paths:
         name, procs = None, []  # procs: [(pid, stats, [us])] of the current variant block
         lines = open(path, errors="replace").read().splitlines()
         for line in lines + ["== end round 0"]:
             m = HEAD.match(line)
             if m:
-                for i, (_, stats, us) in enumerate(procs):
+                for i, (_, stats, us, dc) in enumerate(procs):
                     times[(name, i // 2, stats)].extend(us)
+                    kernels[(name, i // 2)] = dc
                 name, procs = m.group(1), []
                 continue
             if not line.startswith('"') or "gpu__time_duration.sum" not in line:
@@ -49,17 +57,37 @@ def parse(paths):
             if procs and procs[-1][0] == row[1]:
                 procs[-1][2].append(us)
             else:
-                procs.append((row[1], stats, [us]))
+                procs.append((row[1], stats, [us], (int(k.group(1)), flag(k.group(2)))))
     return times
 
 
-def main(paths):
-    times = parse(paths)
+def check_labels(shapes, kernels):
+    """Stops with the label and the kernel's arguments where a label's head dim or mask is not
+    the kernel's ("BxSxHxD" or "BxSxHxD causal")."""
+    for (v, i), (d, causal) in sorted(kernels.items()):
+        if i >= len(shapes):
+            sys.exit(f"fwd_ncu_times: {v} timed shape {i + 1} but only {len(shapes)} labels were given")
+        label = shapes[i]
+        want_d, want_causal = int(label.split()[0].split("x")[3]), int(label.endswith("causal"))
+        if (want_d, want_causal) != (d, causal):
+            sys.exit(f"fwd_ncu_times: label {label!r} (shape {i + 1}) but {v}'s kernel has head dim "
+                     f"{d}, causal={causal}: pass --shapes in the order the log ran them")
+
+
+def main(argv):
+    shapes, paths = SHAPES, list(argv)
+    if "--shapes" in paths:
+        k = paths.index("--shapes")
+        shapes = [x.strip() for x in paths[k + 1].split(";")]
+        del paths[k:k + 2]
+    kernels = {}
+    times = parse(paths, kernels)
+    check_labels(shapes, kernels)
     names = list(dict.fromkeys(k[0] for k in times))
     mean = lambda xs: sum(xs) / len(xs)
     print(f"{'variant':10s} {'shape':24s} {'plain us':>10s} {'stats us':>10s} {'stats/plain':>11s}"
           f" {'plain/base':>10s} {'stats/base':>10s}")
-    for i, shape in enumerate(SHAPES):
+    for i, shape in enumerate(shapes):
         for v in names:
             p, s = times.get((v, i, 0)), times.get((v, i, 1))
             if not p or not s:
