@@ -37,7 +37,7 @@ def parse(paths, kernels=None):
     times = defaultdict(list)
     kernels = {} if kernels is None else kernels
     for path in paths:
-        name, procs = None, []  # procs: [(pid, stats, [us])] of the current variant block
+        name, procs = None, []  # [(pid, stats, [us], (head dim, causal))] of the variant block
         lines = open(path, errors="replace").read().splitlines()
         for line in lines + ["== end round 0"]:
             m = HEAD.match(line)

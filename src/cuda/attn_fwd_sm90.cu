@@ -393,9 +393,9 @@ __device__ __forceinline__ float *park_row_ptr(float *ws, int num_ktiles, const 
 }
 
 // The row tile log2-mass of key tile n, parked (park_store) until the row's lse is known;
-// park_tile_logmass forms and stores it at once. Two shuffles leave the
-// quad's sum of row (quad_col & 1) in every thread: exchange the row a thread does not keep, then
-// add the other pair's sum. Threads quad_col 2 and 3 hold the same sums as 0 and 1 and store the
+// park_tile_logmass forms and stores it at once. Two shuffles leave the quad's sum of row
+// (quad_col & 1) in every thread: exchange the row a thread does not keep, then add the other
+// pair's sum. Threads quad_col 2 and 3 hold the same sums as 0 and 1 and store the
 // same value to the same address (one transaction): no branch, no divergence in the hot loop.
 // PARK_SMEM: the slot is in the CTA's shared memory (park_row points there), else in the
 // L2-resident workspace.
