@@ -95,3 +95,9 @@ def test_bar_counts_count_the_bar_shapes_rows_by_both_ratios():
     for sp in results[0]["sparse"]:
         sp["vs_dense_paired"] = None
     assert bench.bar_counts(results)["kept + 2%"]["paired"] is None
+    # the statistics' paired ratio (files from the thirty-ninth session on), counted where every
+    # bar shape has one
+    results[0]["backlite"]["stats_overhead_paired"] = 1.031
+    assert bench.bar_counts(results)["statistics <= 1.03x"]["paired"] is None
+    results[1]["backlite"]["stats_overhead_paired"] = 1.029
+    assert bench.bar_counts(results)["statistics <= 1.03x"] == {"medians": 1, "paired": 1, "of": 2}
