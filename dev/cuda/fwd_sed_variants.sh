@@ -8,6 +8,9 @@
 #
 #   here:   bash dev/cuda/fwd_sed_variants.sh build NAME FILE 'SED' [NAME FILE 'SED' ...]
 #           e.g. ... build s3 attn_fwd_sm90.cu 's/kStages = D == 128 ? 3 : 4/kStages = D == 128 ? 3 : 3/'
+#           bash dev/cuda/fwd_sed_variants.sh addrev NAME REV   (after build: one more variant, a
+#           commit's src/cuda and checker as they were, e.g. `addrev old HEAD` to time a change
+#           against the last commit)
 #   device: bash dev/cuda/fwd_sed_variants.sh run [ROUNDS]     (run with carry=["build/fwdvar"])
 #           bash dev/cuda/fwd_sed_variants.sh ncu [ROUNDS] > LOG; python3 dev/cuda/fwd_ncu_times.py LOG
 #   `run` also puts every variant but base through compute-sanitizer memcheck / racecheck on
@@ -41,6 +44,18 @@ if [ "${1:-}" = build ]; then
     names=(base)
     while [ $# -ge 3 ]; do build_one "$1" "$2" "$3"; names+=("$1"); shift 3; done
     echo "${names[*]}" > $DIR/names.txt
+elif [ "${1:-}" = addrev ]; then
+    name=$2 rev=$3
+    [ -f $DIR/names.txt ] || { echo "addrev: run 'build' first" >&2; exit 1; }
+    d=$DIR/$name
+    rm -rf "$d" && mkdir -p "$d"
+    git archive "$rev" src/cuda dev/cuda/attn_fwd.cu | tar -x -C "$d"
+    # The checker includes ../../src/cuda/attn_fwd_sm90.cu: REV's copy, beside it.
+    $NV -I include -I src "$d/dev/cuda/attn_fwd.cu" -o "$d/attn_fwd" > "$d/ptxas.log" 2>&1
+    rm -rf "$d/src" "$d/dev"
+    git rev-parse --short "$rev" > "$d/rev.txt"
+    grep -qw "$name" $DIR/names.txt || echo "$(cat $DIR/names.txt) $name" > $DIR/names.txt
+    echo "$name: $rev ($(cat "$d/rev.txt")), spills: $(grep -o '[0-9]* bytes spill stores' "$d/ptxas.log" | sort -u | tr '\n' ' ')"
 elif [ "${1:-}" = run ]; then
     rounds=${2:-2}
     export OMP_NUM_THREADS=16
@@ -81,5 +96,5 @@ elif [ "${1:-}" = ncu ]; then
         done
     done
 else
-    sed -n '2,18p' "$0"; exit 1
+    sed -n '2,20p' "$0"; exit 1
 fi
