@@ -252,6 +252,13 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     q, k, v = random_qkv(b, s, h, d, dtype, dev)
     dout = torch.randn_like(q)
 
+    def timer(fns, ref):
+        """(medians, paired ratios against `ref`, or None under --timing blocks)"""
+        if timing != "calls":
+            return block_medians(fns, reps, rounds), None
+        times = interleaved_times(fns, reps, rounds)
+        return medians_of(times), paired_ratios(times, ref)
+
     # dense forward (with and without statistics) and backward, SDPA peers interleaved
     out, lse, w = blf.forward(q, k, v, causal=causal, with_stats=True)
     fns = {"bl_fwd": lambda: blf.forward(q, k, v, causal=causal),
@@ -260,16 +267,11 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     peers = sdpa_callables(q, k, v, causal)
     for name, (fwd, bwd) in peers.items():
         fns[name + "_fwd"], fns[name + "_bwd"] = fwd, bwd
-    stats_paired = None
-    if timing == "calls":
-        times = interleaved_times(fns, reps, rounds)
-        ms = medians_of(times)
-        # The statistics' cost also as each call's ratio to the plain forward of its own cycle:
-        # the ratio of medians moved by up to 4 points per shape between two runs of one build
-        # (bench/results/bench-2026-12-01-s43.txt / -s43r.txt), as the backward's did.
-        stats_paired = paired_ratios(times, "bl_fwd")["bl_fwd_stats"]
-    else:
-        ms = block_medians(fns, reps, rounds)
+    # The statistics' cost also as each call's ratio to the plain forward of its own cycle: the
+    # ratio of medians moved by up to 4 points per shape between two runs of one build
+    # (bench/results/bench-2026-12-01-s43.txt / -s43r.txt), as the backward's did.
+    ms, paired = timer(fns, "bl_fwd")
+    stats_paired = paired["bl_fwd_stats"] if paired else None
     f_plain, f_stats, b_dense = ms["bl_fwd"], ms["bl_fwd_stats"], ms["bl_bwd"]
     rows["backlite"] = {"fwd_ms": f_plain, "fwd_stats_ms": f_stats, "bwd_ms": b_dense,
                         "fwd_tflops": fl / f_plain / 1e9, "bwd_tflops": 2.5 * fl / b_dense / 1e9,
@@ -285,13 +287,6 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     # Sparse backward against the dense one, each set timed with its own dense reference in the
     # same interleaving as the dense comparison (a sparse call is lighter on power than a dense
     # one: timed in separate blocks, the ratio would carry the power state, not the work).
-    def timer(fns):
-        """(medians, paired ratios against "dense" or None under --timing blocks)"""
-        if timing != "calls":
-            return block_medians(fns, reps, rounds), None
-        times = interleaved_times(fns, reps, rounds)
-        return medians_of(times), paired_ratios(times, "dense")
-
     tm, tn = w.shape[-2:]
     computable = blf.computable_tiles(s, s, causal, dev)
     sparse = []
@@ -301,7 +296,7 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     fns = {"dense": lambda: blf.backward(dout, q, k, v, out, lse, causal=causal)}
     for keep, mask in masks.items():
         fns[keep] = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    ms, paired = timer(fns)
+    ms, paired = timer(fns, "dense")
     for keep, mask in masks.items():
         kept = 1.0 - blf.backward_sparsity(mask, s, s, causal)
         t, ref = ms[keep], ms["dense"]
@@ -322,7 +317,7 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     for negl in NEGL_PROBS:
         fns[negl] = lambda negl=negl: blf.backward(dout, qs, ks, vs, outs, lses, tile_mass=ws,
                                                    negl_prob=negl, causal=causal)
-    ms, paired = timer(fns)
+    ms, paired = timer(fns, "dense")
     for negl in NEGL_PROBS:
         mask = blf.select(ws, negl)
         kept = 1.0 - blf.backward_sparsity(mask, s, s, causal)
