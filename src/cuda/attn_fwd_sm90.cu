@@ -242,7 +242,7 @@ __device__ __forceinline__ ThreadPos thread_pos(int consumer_tid) {
 
 // Online-softmax state of this thread's two rows (r = 0: quad_row, r = 1: quad_row + 8).
 struct RowState {
-    float m_run[2];  // running row max of scale*log2(e)*s
+    float m_run[2];  // running row max of scale*log2(e)*s (LAZY: the reference max, kRescaleSlack)
     float m_use[2];  // the max actually subtracted (0 while the row max is still -inf)
     float l_run[2];  // this thread's share of the row sums
 };
@@ -279,11 +279,20 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)
     }
 }
 
+// Lazy rescaling (LAZY): a row's reference max (RowState::m_run, the m subtracted in the
+// exponentials) moves only where a tile's max passes it by more than this many powers of two, so
+// that after the first tiles the O rescale (D/2 multiplies per thread, after the P V wait) is
+// skipped. Exact up to rounding: P = exp2(x - m) <= 2^kRescaleSlack keeps its relative precision
+// in bf16 / fp16, and l, the parked log2-masses and lse all use the m that was subtracted. (The
+// FlashAttention-4 kernels rescale by the same rule.) Which kernels take it: rescale_lazy.
+constexpr float kRescaleSlack = 8.f;
+
 // Masks key tile n (keys past Sk; causal: keys right of each row's diagonal), updates the row
 // maxima and turns s into exp2(scale*log2e*s - m_use) in place. Returns, per row, the factor
-// alpha that rescales the earlier sums and this thread's partial tile sum.
-template <bool CAUSAL>
-__device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], const FwdParams &p,
+// alpha that rescales the earlier sums (LAZY: 1 where the reference max did not move) and this
+// thread's partial tile sum; LAZY: true where either row's reference max moved (rescale_o_if).
+template <bool CAUSAL, bool LAZY = false>
+__device__ __forceinline__ bool softmax_tile(float (&s)[kBlockN / 2], const FwdParams &p,
                                              const WorkTile &w, const ThreadPos &tp, int n,
                                              RowState &st, float (&alpha)[2], float (&rowsum)[2]) {
     constexpr int kSRegs = kBlockN / 2;
@@ -329,10 +338,14 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], const FwdP
         }
     }
     float neg_m[2];
+    bool moved = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float m_tile = quad_extreme(ext[r], scale_pos) * sl2;
-        const float m_new = fmaxf(st.m_run[r], m_tile);
+        // LAZY: -inf + slack is -inf, so a row's first finite max always moves it; a NaN never
+        // does (fmaxf ignores it too).
+        const bool up = LAZY && m_tile > st.m_run[r] + kRescaleSlack;
+        const float m_new = !LAZY ? fmaxf(st.m_run[r], m_tile) : up ? m_tile : st.m_run[r];
         // A row with no allowed key so far keeps max -inf: subtract 0 instead so that
         // exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN.
         const float mu = m_new == -INFINITY ? 0.f : m_new;
@@ -340,6 +353,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], const FwdP
         st.m_run[r] = m_new;
         st.m_use[r] = mu;
         neg_m[r] = -mu;
+        moved |= up;
     }
     rowsum[0] = rowsum[1] = 0.f;
 #pragma unroll
@@ -354,6 +368,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], const FwdP
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) st.l_run[r] = st.l_run[r] * alpha[r] + rowsum[r];
+    return moved;
 }
 
 // P as bf16/fp16 A fragments, straight from the accumulator layout (keys 16kk..16kk+15).
@@ -377,6 +392,14 @@ __device__ __forceinline__ void rescale_o(float (&o)[NREGS], const float (&alpha
         o[4 * j + 2] *= alpha[1];
         o[4 * j + 3] *= alpha[1];
     }
+}
+
+// rescale_o where a row of the warp moved its reference max (softmax_tile's result); elsewhere
+// every alpha is 1 (or 0 on rows whose o and l are still 0) and the multiplies are skipped. The
+// branch is warp-uniform.
+template <int NREGS>
+__device__ __forceinline__ void rescale_o_if(bool moved, float (&o)[NREGS], const float (&alpha)[2]) {
+    if (__any_sync(0xffffffffu, moved)) rescale_o(o, alpha);
 }
 
 // Floats one key tile takes in a kernel 1 CTA's statistics slot (kernel 2: FwdWsSmem::kRows):
@@ -426,6 +449,18 @@ __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadP
 template <int D, bool CAUSAL>
 __device__ __forceinline__ constexpr bool park_store_deferred() {
     return D == 64 && CAUSAL;
+}
+
+// Whether the warp-specialized kernel rescales lazily (kRescaleSlack). Measured under ncu against
+// the eager form (bench/results/fwd-s44-lazy-rescale.txt): head dim 64 -4..-5 % without a causal
+// mask and -1.5 % with one (plain; with statistics -2..-2.6 % / level); head dim 128 with a causal
+// mask level (plain +0.4 %, statistics -0.5..-0.7 %), without one +4.6 % (plain; statistics +1 %),
+// where the plain kernel without its multiplies ran as slowly as its statistics kernel (not
+// understood: bench/notes-fwd.md). By mask and head dim only, so that a forward with statistics
+// writes the same out and lse bits as one without (the statistics only add W).
+template <int D, bool CAUSAL>
+__device__ __forceinline__ constexpr bool rescale_lazy() {
+    return D == 64 || CAUSAL;
 }
 
 // Where the warp-specialized kernel parks key tile n's log2-mass: at the end of iteration n
@@ -658,6 +693,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
     static_assert(NWG == 2 || D == 64, "three consumers: head dim 64 only");
     constexpr bool kParkEarly = park_early<D, CAUSAL>();
     constexpr bool kParkDefer = !kParkEarly && park_store_deferred<D, CAUSAL>();
+    constexpr bool kLazy = rescale_lazy<D, CAUSAL>();
     const FwdParams &p = tp_.p;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -750,7 +786,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
 #pragma unroll
             for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
             if (w.n_end == 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
-            softmax_tile<CAUSAL>(s, p, w, tp, 0, st, alpha, rowsum);
+            softmax_tile<CAUSAL, kLazy>(s, p, w, tp, 0, st, alpha, rowsum);
             convert_p<BF16>(s, pa);
             float pending = 0.f;  // kParkDefer: the last tile's log2-mass, not yet stored
             if (STATS && !kParkEarly && !kParkDefer)
@@ -780,13 +816,21 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                 if (n == w.n_end - 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
                 // rowsum and st.m_use still hold tile n-1's values here.
                 if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, n - 1, rowsum, st);
-                softmax_tile<CAUSAL>(s, p, w, tp, n, st, alpha, rowsum);
+                const bool moved = softmax_tile<CAUSAL, kLazy>(s, p, w, tp, n, st, alpha, rowsum);
                 wgmma_wait<0>();  // P(n-1) V done: stage pstage is free, o and pa may change
 #pragma unroll
                 for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
                 if (warp_leader) mbarrier_arrive(L::kv_empty(base, pstage));
-                rescale_o(o, alpha);
-                convert_p<BF16>(s, pa);
+                if constexpr (kLazy) {
+                    // P packed first: in the block before the rescale's branch its conversions
+                    // fill the exponentials' MUFU gaps (behind it they ran alone, 4-7 % slower at
+                    // head dim 128).
+                    convert_p<BF16>(s, pa);
+                    rescale_o_if(moved, o, alpha);
+                } else {
+                    rescale_o(o, alpha);
+                    convert_p<BF16>(s, pa);
+                }
                 // Tile n's statistics at the end of the iteration, where the warpgroup would
                 // otherwise wait for its turn: measured 4% cheaper at 16k x 64 causal than in the
                 // shadow of the next GEMM issue (bench/results/fwd-parkend-ab.txt).

@@ -66,6 +66,38 @@ def test_gpu_forward_three_consumer_tiles(dtype, causal, seqlens):
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
 
 
+# Key tiles (128 keys) along which the scores grow, and where they jump.
+GROWTH_PER_TILE = 2.0  # added to k[..., 0] per key tile: ~1.4-2 log2 units of score per tile
+JUMP_AT_KEY, JUMP = 640, 40.0  # then ~20-30 log2 units at once
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_forward_growing_row_maxima(dtype, head_dim, causal):
+    """Every row's scores grow along the keys, by less than 2^8 over the first five key tiles and
+    by far more at one key: the lazily rescaled kernels (rescale_lazy in attn_fwd_sm90.cu) move a
+    row's reference max only at the jump, run with P up to ~2^7 before it, and must still match
+    the reference in out, lse and W."""
+    q, k, v = random_qkv(1, 700, 1000, 4, 2, head_dim, dtype, DEV)
+    ramp = (torch.arange(1000, device=DEV) // 128).float() * GROWTH_PER_TILE
+    ramp[JUMP_AT_KEY:] += JUMP
+    k[..., 0] = (k[..., 0].float() + ramp.view(1, -1, 1)).to(dtype)
+    q[..., 0] = 4.0
+    check_forward(q, k, v, causal)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_statistics_only_add_w(head_dim, causal):
+    """A forward with statistics writes the same out and lse bits as one without (each mask and
+    head dim rescales the same way in both kernels)."""
+    q, k, v = random_qkv(2, 300, 700, 4, 2, head_dim, torch.bfloat16, DEV)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+    out2, lse2, _ = back_lite.forward(q, k, v, causal=causal)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
