@@ -454,10 +454,10 @@ __device__ __forceinline__ constexpr bool park_store_deferred() {
 // Whether the warp-specialized kernel rescales lazily (kRescaleSlack). Measured under ncu against
 // the eager form (bench/results/fwd-s44-lazy-rescale.txt): head dim 64 -4..-5 % without a causal
 // mask and -1.5 % with one (plain; with statistics -2..-2.6 % / level); head dim 128 with a causal
-// mask level (plain +0.4 %, statistics -0.5..-0.7 %), without one +4.6 % (plain; statistics +1 %),
-// where the plain kernel without its multiplies ran as slowly as its statistics kernel (not
-// understood: bench/notes-fwd.md). By mask and head dim only, so that a forward with statistics
-// writes the same out and lse bits as one without (the statistics only add W).
+// mask level (plain +0.4 %, statistics -0.5..-0.7 %), without one +4.6 % (plain; statistics +1 %):
+// there the vote and branch alone cost 6.6 % and the skipped multiplies gain 2 % (run 3). By mask
+// and head dim only, so that a forward with statistics writes the same out and lse bits as one
+// without (the statistics only add W).
 template <int D, bool CAUSAL>
 __device__ __forceinline__ constexpr bool rescale_lazy() {
     return D == 64 || CAUSAL;
