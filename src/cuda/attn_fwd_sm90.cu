@@ -7,8 +7,9 @@
 //     row tile of W);
 //   - K/V tiles of 128 keys (= one BL_TILE_N key tile of W) in 128B-swizzled shared memory;
 //   - S = Q K^T with wgmma (both operands in shared memory), online softmax in base 2 on the
-//     accumulator registers, O += P V with wgmma taking P from registers (no shared-memory round
-//     trip) and V from shared memory as the transposed (MN-major) operand.
+//     accumulator registers (kernel 2 at head dim 64 and with a causal mask rescaling O lazily:
+//     rescale_lazy), O += P V with wgmma taking P from registers (no shared-memory round trip)
+//     and V from shared memory as the transposed (MN-major) operand.
 // Kernel 2 ("ws", the default): a producer warpgroup streams Q and a 3-4 deep K/V ring with TMA
 //   onto mbarriers; the consumers take turns issuing GEMMs (ping-pong) and run softmax(n) while
 //   P(n-1) V is in flight. Kernel 1 ("sync", the fallback when TMA cannot describe a tensor):
