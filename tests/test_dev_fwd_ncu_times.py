@@ -57,3 +57,22 @@ def test_labels_must_match_the_kernels(tmp_path):
         tool.main([str(log), "--shapes", "1x16384x16x64 causal"])
     line = out.getvalue().splitlines()[1].split()
     assert line[:3] == ["base", "1x16384x16x64", "causal"] and line[5] == "1.038"
+
+
+def test_labels_from_the_logged_shapes_line(tmp_path):
+    """A log of `NCU_SHAPES=... fwd_sed_variants.sh ncu` names its shapes in a "# shapes:" line;
+    the rows take those labels without --shapes."""
+    tool = load_script("dev/cuda/fwd_ncu_times.py")
+    k128c = "attn_fwd_sm90_ws_kernel<128, true, true, {s}, false, 2>"
+    log = tmp_path / "ncu.log"
+    text = "# shapes: 1x16384x16x128 causal;1x32768x24x128 causal\n== base round 1\n"
+    for pid, us in ((11, 1900_000), (12, 1980_000), (13, 11000_000), (14, 11330_000)):
+        stats = "true" if pid % 2 == 0 else "false"
+        text += row(pid, k128c.format(s=stats), us)
+    log.write_text(text)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        tool.main([str(log)])
+    lines = [ln.split() for ln in out.getvalue().splitlines()[1:]]
+    assert lines[0][:3] == ["base", "1x16384x16x128", "causal"] and lines[0][5] == "1.042"
+    assert lines[1][:3] == ["base", "1x32768x24x128", "causal"] and lines[1][5] == "1.030"

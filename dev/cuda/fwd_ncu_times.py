@@ -7,10 +7,11 @@ their ratio, and each time's ratio to the variant named "base".
 
     python3 dev/cuda/fwd_ncu_times.py LOG [LOG ...] [--shapes "1x16384x16x64 causal;4x4096x16x64"]
 
-The rows are labelled with the shapes in the order `fwd_sed_variants.sh ncu` runs them (SHAPES),
-or with --shapes where a log ran others; a label whose head dim or mask disagrees with the
-kernel's template arguments stops the tool (the thirty-eighth session relabelled such a table by
-hand).
+The rows are labelled with the shapes the log's "# shapes: ..." line names (written by
+`fwd_sed_variants.sh ncu`, which can run a subset: NCU_SHAPES), else in the order it ran them
+before it wrote that line (SHAPES); --shapes overrides both. A label whose head dim or mask
+disagrees with the kernel's template arguments stops the tool (the thirty-eighth session
+relabelled such a table by hand).
 """
 import csv
 import re
@@ -18,6 +19,7 @@ import sys
 from collections import defaultdict
 
 HEAD = re.compile(r"== (\S+) round \d+")
+SHAPES_LINE = "# shapes: "
 # Template arguments of attn_fwd_sm90_ws_kernel: D, BF16, CAUSAL, STATS, PARK_SMEM, NWG (builds of
 # dev/cuda/wip/fwd-park-bulk-ring.patch have an enum in place of PARK_SMEM).
 KERNEL = re.compile(r"attn_fwd_sm90_ws_kernel<(\d+), [^,]+, ([^,]+), ([^,]+), [^,]+, [^,>]+>")
@@ -74,12 +76,23 @@ def check_labels(shapes, kernels):
                      f"{d}, causal={causal}: pass --shapes in the order the log ran them")
 
 
+def logged_shapes(paths):
+    """The labels of the first "# shapes: ..." line in the logs, or None."""
+    for path in paths:
+        for line in open(path, errors="replace"):
+            if line.startswith(SHAPES_LINE):
+                return [x.strip() for x in line[len(SHAPES_LINE):].split(";")]
+    return None
+
+
 def main(argv):
-    shapes, paths = SHAPES, list(argv)
+    paths = list(argv)
+    shapes = None
     if "--shapes" in paths:
         k = paths.index("--shapes")
         shapes = [x.strip() for x in paths[k + 1].split(";")]
         del paths[k:k + 2]
+    shapes = shapes or logged_shapes(paths) or SHAPES
     kernels = {}
     times = parse(paths, kernels)
     check_labels(shapes, kernels)

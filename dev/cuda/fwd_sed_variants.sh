@@ -13,6 +13,8 @@
 #           against the last commit)
 #   device: bash dev/cuda/fwd_sed_variants.sh run [ROUNDS]     (run with carry=["build/fwdvar"])
 #           bash dev/cuda/fwd_sed_variants.sh ncu [ROUNDS] > LOG; python3 dev/cuda/fwd_ncu_times.py LOG
+#           (NCU_SHAPES=REGEX: only the shapes "B S H D causal" it matches, e.g. ' 128 ' for head
+#           dim 128 or ' 1$' for the causal ones: ~45 s per variant and round for all eight)
 #   `run` also puts every variant but base through compute-sanitizer memcheck / racecheck on
 #   `small`. `ncu` times each kernel under Nsight Compute (locked clocks: the event medians of
 #   `benchstats` wander by 1-2 % between identical kernels, bench/results/fwd-s23-park.txt): every
@@ -82,6 +84,19 @@ elif [ "${1:-}" = ncu ]; then
     read -r -a names < $DIR/names.txt
     shapes=("1 16384 16 128 0" "1 16384 16 128 1" "1 32768 24 128 0" "1 32768 24 128 1"
             "1 16384 16 64 0" "1 16384 16 64 1" "4 4096 16 64 0" "4 4096 16 64 1")
+    if [ -n "${NCU_SHAPES:-}" ]; then
+        mapfile -t shapes < <(printf '%s\n' "${shapes[@]}" | grep -E -- "$NCU_SHAPES")
+        [ ${#shapes[@]} -gt 0 ] || { echo "ncu: NCU_SHAPES='$NCU_SHAPES' matches no shape" >&2; exit 1; }
+    fi
+    # The labels fwd_ncu_times.py gives the log's rows ("BxSxHxD[ causal]", in the order run).
+    labels=()
+    for sh in "${shapes[@]}"; do
+        read -r b s h d c <<< "$sh"
+        label="${b}x${s}x${h}x${d}"
+        if [ "$c" = 1 ]; then label+=" causal"; fi
+        labels+=("$label")
+    done
+    (IFS=';'; echo "# shapes: ${labels[*]}")
     for r in $(seq 1 "$rounds"); do
         k=$(( (r - 1) % ${#names[@]} ))
         for v in "${names[@]:k}" "${names[@]:0:k}"; do
