@@ -111,5 +111,5 @@ elif [ "${1:-}" = ncu ]; then
         done
     done
 else
-    sed -n '2,20p' "$0"; exit 1
+    sed -n '2,/^set /{/^set /!p}' "$0"; exit 1  # the header comment, whatever its length
 fi
