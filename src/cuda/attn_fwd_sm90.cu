@@ -423,13 +423,17 @@ __device__ __forceinline__ float *park_row_ptr(float *ws, int num_ktiles, const 
 // same value to the same address (one transaction): no branch, no divergence in the hot loop.
 // PARK_SMEM: the slot is in the CTA's shared memory (park_row points there), else in the
 // L2-resident workspace.
-__device__ __forceinline__ float tile_logmass(const ThreadPos &tp, const float (&rowsum)[2],
-                                              const RowState &st) {
+__device__ __forceinline__ float row_logmass(const ThreadPos &tp, const float (&rowsum)[2],
+                                             const float (&m_use)[2]) {
     const bool odd = tp.quad_col & 1;
     float mine = odd ? rowsum[1] : rowsum[0];
     mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
     mine += __shfl_xor_sync(0xffffffffu, mine, 2);
-    return lg2_approx(mine) + (odd ? st.m_use[1] : st.m_use[0]);
+    return lg2_approx(mine) + (odd ? m_use[1] : m_use[0]);
+}
+__device__ __forceinline__ float tile_logmass(const ThreadPos &tp, const float (&rowsum)[2],
+                                              const RowState &st) {
+    return row_logmass(tp, rowsum, st.m_use);
 }
 template <bool PARK_SMEM>
 __device__ __forceinline__ void park_store(float *park_row, int n, float logmass) {
@@ -442,14 +446,61 @@ __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadP
     park_store<PARK_SMEM>(park_row, n, tile_logmass(tp, rowsum, st));
 }
 
-// End parks only: whether tile n's log2-mass, formed at the end of iteration n, is stored one
-// iteration later (at the end of iteration n+1, or after the last P V), so that the store never
-// waits for the shuffles and lg2 just issued. Measured under ncu (bench/results/
-// fwd-s42-park-defer.txt): -1.2..-1.4 % of the statistics kernel at head dim 64 with a causal
-// mask, level at head dim 128 without one (which keeps the plain end park).
-template <int D, bool CAUSAL>
-__device__ __forceinline__ constexpr bool park_store_deferred() {
-    return D == 64 && CAUSAL;
+// End parks only: how tile n's log2-mass, formed at the end of iteration n, is deferred.
+// kParkNow: formed and stored at once. kParkStoreLater: formed at once, stored one iteration later
+// (at the end of iteration n+1, or after the last P V), so that the store never waits for the
+// shuffles and lg2 just issued; measured under ncu (bench/results/fwd-s42-park-defer.txt): -1.2..
+// -1.4 % of the statistics kernel at head dim 64 with a causal mask, level at head dim 128 without
+// one. kParkFormLater: the row sums and maxima kept, the whole chain (shuffles, lg2, store) run in
+// iteration n+1, before the lazy rescale's branch (in the block of the exponentials, whose MUFU
+// gaps it fills; after the branch it would be a block of its own, its shuffles' latency bare):
+// -2.1 % at 16k x 16 x 64 causal, -1.2 % at 4 x 4k against kParkStoreLater, +0.6..1.4 % at head
+// dim 128 without a causal mask against kParkNow (bench/results/fwd-s45-park-form-later.txt). Its
+// four kept floats make the head-dim-64 kernel that parks in global memory keep a value in local
+// memory inside the loop, so that one stays with kParkStoreLater.
+enum ParkDefer { kParkNow = 0, kParkStoreLater = 1, kParkFormLater = 2 };
+template <int D, bool CAUSAL, bool PARK_SMEM>
+__device__ __forceinline__ constexpr ParkDefer park_defer() {
+    if (D == 64 && CAUSAL) return PARK_SMEM ? kParkFormLater : kParkStoreLater;
+    return kParkNow;
+}
+
+// End parks (!park_early) under deferral DEFER: park_begin after tile 0's softmax, park_end after
+// tile n's (n >= 1), park_flush after the last P V's issue; ParkPending holds what a deferral
+// has not stored yet.
+struct ParkPending {
+    float logmass;                // kParkStoreLater: the last tile's log2-mass
+    float rowsum[2], m_use[2];    // kParkFormLater: what it is formed from
+    __device__ __forceinline__ void keep(const float (&rs)[2], const RowState &st) {
+        rowsum[0] = rs[0], rowsum[1] = rs[1], m_use[0] = st.m_use[0], m_use[1] = st.m_use[1];
+    }
+};
+template <bool PARK_SMEM, ParkDefer DEFER>
+__device__ __forceinline__ void park_begin(float *park_row, const ThreadPos &tp, const float (&rowsum)[2],
+                                           const RowState &st, ParkPending &pd) {
+    if (DEFER == kParkNow) park_store<PARK_SMEM>(park_row, 0, tile_logmass(tp, rowsum, st));
+    if (DEFER == kParkStoreLater) pd.logmass = tile_logmass(tp, rowsum, st);
+    if (DEFER == kParkFormLater) pd.keep(rowsum, st);
+}
+template <bool PARK_SMEM, ParkDefer DEFER>
+__device__ __forceinline__ void park_end(float *park_row, const ThreadPos &tp, int n,
+                                         const float (&rowsum)[2], const RowState &st, ParkPending &pd) {
+    if (DEFER == kParkNow) park_store<PARK_SMEM>(park_row, n, tile_logmass(tp, rowsum, st));
+    if (DEFER == kParkStoreLater) {
+        const float v = tile_logmass(tp, rowsum, st);
+        park_store<PARK_SMEM>(park_row, n - 1, pd.logmass);
+        pd.logmass = v;
+    }
+    if (DEFER == kParkFormLater) {
+        park_store<PARK_SMEM>(park_row, n - 1, row_logmass(tp, pd.rowsum, pd.m_use));
+        pd.keep(rowsum, st);
+    }
+}
+template <bool PARK_SMEM, ParkDefer DEFER>
+__device__ __forceinline__ void park_flush(float *park_row, const ThreadPos &tp, int n_last,
+                                           const ParkPending &pd) {
+    if (DEFER == kParkStoreLater) park_store<PARK_SMEM>(park_row, n_last, pd.logmass);
+    if (DEFER == kParkFormLater) park_store<PARK_SMEM>(park_row, n_last, row_logmass(tp, pd.rowsum, pd.m_use));
 }
 
 // Whether the warp-specialized kernel rescales lazily (kRescaleSlack). Measured under ncu against
@@ -693,8 +744,9 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
     constexpr int kConsumerWarps = NWG * kThreadsPerWarpgroup / 32;
     static_assert(NWG == 2 || D == 64, "three consumers: head dim 64 only");
     constexpr bool kParkEarly = park_early<D, CAUSAL>();
-    constexpr bool kParkDefer = !kParkEarly && park_store_deferred<D, CAUSAL>();
+    constexpr ParkDefer kParkDefer = park_defer<D, CAUSAL, PARK_SMEM>();  // end parks only
     constexpr bool kLazy = rescale_lazy<D, CAUSAL>();
+    constexpr bool kParkPreBranch = kLazy && !kParkEarly && kParkDefer == kParkFormLater;
     const FwdParams &p = tp_.p;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -789,10 +841,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             if (w.n_end == 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
             softmax_tile<CAUSAL, kLazy>(s, p, w, tp, 0, st, alpha, rowsum);
             convert_p<BF16>(s, pa);
-            float pending = 0.f;  // kParkDefer: the last tile's log2-mass, not yet stored
-            if (STATS && !kParkEarly && !kParkDefer)
-                park_tile_logmass<PARK_SMEM>(park_row, tp, 0, rowsum, st);
-            if (STATS && kParkDefer) pending = tile_logmass(tp, rowsum, st);
+            ParkPending pending{};
+            if (STATS && !kParkEarly) park_begin<PARK_SMEM, kParkDefer>(park_row, tp, rowsum, st, pending);
             // key tiles 1 .. n_end-1: issue P(n-1) V and Q K(n)^T, softmax(n) under P(n-1) V
             for (int n = 1; n < w.n_end; ++n) {
                 const int pstage = stage;
@@ -827,6 +877,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                     // fill the exponentials' MUFU gaps (behind it they ran alone, 4-7 % slower at
                     // head dim 128).
                     convert_p<BF16>(s, pa);
+                    if (STATS && kParkPreBranch)
+                        park_end<PARK_SMEM, kParkDefer>(park_row, tp, n, rowsum, st, pending);
                     rescale_o_if(moved, o, alpha);
                 } else {
                     rescale_o(o, alpha);
@@ -835,13 +887,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                 // Tile n's statistics at the end of the iteration, where the warpgroup would
                 // otherwise wait for its turn: measured 4% cheaper at 16k x 64 causal than in the
                 // shadow of the next GEMM issue (bench/results/fwd-parkend-ab.txt).
-                if (STATS && !kParkEarly && !kParkDefer)
-                    park_tile_logmass<PARK_SMEM>(park_row, tp, n, rowsum, st);
-                if (STATS && kParkDefer) {
-                    const float v = tile_logmass(tp, rowsum, st);
-                    park_store<PARK_SMEM>(park_row, n - 1, pending);
-                    pending = v;
-                }
+                if (STATS && !kParkEarly && !kParkPreBranch)
+                    park_end<PARK_SMEM, kParkDefer>(park_row, tp, n, rowsum, st, pending);
             }
             // last P V
             mbarrier_wait(L::v_full(base, stage), phase);
@@ -853,7 +900,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             wgmma_commit();
             named_barrier_arrive(their_turn, kTurnThreads);
             if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, w.n_end - 1, rowsum, st);
-            if (STATS && kParkDefer) park_store<PARK_SMEM>(park_row, w.n_end - 1, pending);
+            if (STATS && !kParkEarly) park_flush<PARK_SMEM, kParkDefer>(park_row, tp, w.n_end - 1, pending);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
