@@ -454,14 +454,15 @@ __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadP
 // one. kParkFormLater: the row sums and maxima kept, the whole chain (shuffles, lg2, store) run in
 // iteration n+1, before the lazy rescale's branch (in the block of the exponentials, whose MUFU
 // gaps it fills; after the branch it would be a block of its own, its shuffles' latency bare):
-// -2.1 % at 16k x 16 x 64 causal, -1.2 % at 4 x 4k against kParkStoreLater, +0.6..1.4 % at head
-// dim 128 without a causal mask against kParkNow (bench/results/fwd-s45-park-form-later.txt). Its
-// four kept floats make the head-dim-64 kernel that parks in global memory keep a value in local
-// memory inside the loop, so that one stays with kParkStoreLater.
+// -2.1 % at 16k x 16 x 64 causal, -1.2 % at 4 x 4k against kParkStoreLater; -0.6 % at head dim
+// 128 causal (16k and 32k) against the early park; +0.6..1.4 % at head dim 128 without a causal
+// mask against kParkNow (bench/results/fwd-s45-park-form-later.txt). Its four kept floats make the
+// head-dim-64 kernel that parks in global memory keep a value in local memory inside the loop, so
+// that one stays with kParkStoreLater.
 enum ParkDefer { kParkNow = 0, kParkStoreLater = 1, kParkFormLater = 2 };
 template <int D, bool CAUSAL, bool PARK_SMEM>
 __device__ __forceinline__ constexpr ParkDefer park_defer() {
-    if (D == 64 && CAUSAL) return PARK_SMEM ? kParkFormLater : kParkStoreLater;
+    if (CAUSAL) return D == 128 || PARK_SMEM ? kParkFormLater : kParkStoreLater;
     return kParkNow;
 }
 
@@ -518,12 +519,14 @@ __device__ __forceinline__ constexpr bool rescale_lazy() {
 // Where the warp-specialized kernel parks key tile n's log2-mass: at the end of iteration n
 // (false), or in iteration n+1 just before softmax(n+1) (true), where ptxas hoists the park's
 // shuffle / lg2 / store chain into the GEMM issue window. Measured per (head dim, mask) under ncu
-// and with events (bench/notes-fwd.md, twenty-first session): the early park is 1.5 % cheaper at
-// head dim 128 with a causal mask and 3 % at head dim 64 without; level at head dim 128 without,
-// 2-3.5 % dearer at head dim 64 with one. (The sync kernel always parks at the end.)
+// and with events (bench/notes-fwd.md, twenty-first session): the early park is 3 % cheaper at
+// head dim 64 without a causal mask; level at head dim 128 without, 2-3.5 % dearer at head dim 64
+// with one. At head dim 128 with a causal mask it was 1.5 % cheaper than the plain end park, and
+// is 0.6 % dearer than the end park formed later (park_defer).
+// (The sync kernel always parks at the end.)
 template <int D, bool CAUSAL>
 __device__ __forceinline__ constexpr bool park_early() {
-    return D == 128 ? CAUSAL : !CAUSAL;
+    return D == 64 && !CAUSAL;
 }
 
 // Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
