@@ -446,7 +446,8 @@ __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadP
     park_store<PARK_SMEM>(park_row, n, tile_logmass(tp, rowsum, st));
 }
 
-// End parks only: how tile n's log2-mass, formed at the end of iteration n, is deferred.
+// End parks only: when tile n's log2-mass, whose row sums are final at the end of iteration n, is
+// formed and stored.
 // kParkNow: formed and stored at once. kParkStoreLater: formed at once, stored one iteration later
 // (at the end of iteration n+1, or after the last P V), so that the store never waits for the
 // shuffles and lg2 just issued; measured under ncu (bench/results/fwd-s42-park-defer.txt): -1.2..
@@ -880,7 +881,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                     // fill the exponentials' MUFU gaps (behind it they ran alone, 4-7 % slower at
                     // head dim 128).
                     convert_p<BF16>(s, pa);
-                    if (STATS && kParkPreBranch)
+                    if (STATS && kParkPreBranch)  // tile n-1's chain, in this block (park_defer)
                         park_end<PARK_SMEM, kParkDefer>(park_row, tp, n, rowsum, st, pending);
                     rescale_o_if(moved, o, alpha);
                 } else {
