@@ -51,3 +51,23 @@ def test_helper_numbering_and_comment_padding_do_not_count():
     other = m.sass_hashes(kernel("kA", ".L_x_1", body=call.format(25).replace("div", "rem")) +
                           kernel("kB", ".L_x_3", body=spill.format(" " * 20)))
     assert other["kA"] != a["kA"]  # a different helper still counts
+
+
+def test_register_names_count_unless_regs():
+    m = load()
+    base = m.sass_hashes(kernel("kA", ".L_x_1"))
+    renamed = kernel("kA", ".L_x_1", body="IADD3 R7, R7, 0x1, RZ")
+    assert m.sass_hashes(renamed)["kA"] != base["kA"]
+    assert m.sass_hashes(renamed, regs=True)["kA"] == m.sass_hashes(kernel("kA", ".L_x_1"), regs=True)["kA"]
+    # an immediate or another opcode still counts with regs
+    other = kernel("kA", ".L_x_1", body="IADD3 R7, R7, 0x2, RZ")
+    assert m.sass_hashes(other, regs=True)["kA"] != m.sass_hashes(renamed, regs=True)["kA"]
+
+
+def test_changed_counts_the_differing_instructions():
+    m = load()
+    a = ["MOV R1", "IADD3 R2", "FADD R3", "EXIT"]
+    assert m.changed(a, a) == 0
+    assert m.changed(a, ["MOV R1", "IADD3 R9", "FADD R3", "EXIT"]) == 1
+    assert m.changed(a, ["MOV R1", "FADD R3", "IADD3 R2", "EXIT"]) == 2  # one moved: out and in
+    assert m.changed(a, a + ["NOP", "NOP"]) == 2

@@ -7,14 +7,18 @@ or on one file's cubin:
   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math \
        --expt-relaxed-constexpr -I include -I src -I src/cuda -cubin src/cuda/attn_bwd_sm90.cu \
        -o bwd.cubin
-  python3 dev/cuda/sass_loops.py bwd.cubin [NAME_SUBSTRING]
+  python3 dev/cuda/sass_loops.py bwd.cubin [NAME_SUBSTRING] [--shape]
 
 For every kernel (optionally only those whose mangled name contains NAME_SUBSTRING) it prints
   - the innermost loops (a backward branch and its target) that hold HGMMA instructions, with
     their instruction count and how many of them are LDC (constant-bank reloads), STL / LDL
     (local memory: spills) and MUFU;
   - for warp-specialized kernels (setmaxnreg), the spills between the consumers' register
-    increase and the producer's decrease, with the source line ptxas attributes each to.
+    increase and the producer's decrease, with the source line ptxas attributes each to;
+  - with --shape, each hot loop's instructions in order, as mnemonics with runs counted
+    ("MUFU FADD FMULx64"; waits and barriers with their first modifier: WARPGROUP.DEPBAR,
+    BAR.SYNC, SYNCS.PHASECHK): where ptxas put the exponentials relative to the waits
+    (bench/results/fwd-s45-park-form-later.txt run 0).
 How the twenty-sixth session found the 80-row kernels' per-entry spill and their 40 constant
 reloads per entry (bench/notes-bwd.md); tests/gpu/test_gpu_sass.py holds the library to it.
 """
@@ -99,6 +103,27 @@ def opcode(text):
     return re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0].split(".")[0]
 
 
+# Mnemonics whose first modifier says which wait or barrier it is.
+KEEP_MODIFIER = ("WARPGROUP", "BAR", "SYNCS")
+
+
+def loop_shape(instrs, start, end):
+    """The instructions in [start, end] as mnemonics in order, runs counted: 'HGMMAx7 UIADD3'."""
+    names = []
+    for address, text, _ in instrs:
+        if start <= address <= end:
+            full = re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0]
+            op = opcode(text)
+            names.append(".".join(full.split(".")[:2]) if op in KEEP_MODIFIER else op)
+    runs = []
+    for name in names:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return " ".join(n if k == 1 else f"{n}x{k}" for n, k in runs)
+
+
 def hot_loops(instrs, labels):
     if not instrs:
         return []
@@ -117,12 +142,14 @@ def hot_loops(instrs, labels):
                   if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in with_mma))
 
 
-def report(name, instrs, labels):
+def report(name, instrs, labels, shape=False):
     print(name)
     for s, e in hot_loops(instrs, labels):
         ops = collections.Counter(opcode(t) for a, t, _ in instrs if s <= a <= e)
         print(f"  loop [{s:#x}, {e:#x}]: {sum(ops.values())} instructions, HGMMA {ops['HGMMA']}, "
               f"LDC {ops['LDC']}, STL {ops['STL']}, LDL {ops['LDL']}, MUFU {ops['MUFU']}")
+        if shape:
+            print(f"    {loop_shape(instrs, s, e)}")
     inc = [a for a, t, _ in instrs if "USETMAXREG" in t and "TRY_ALLOC" in t]
     dec = [a for a, t, _ in instrs if "USETMAXREG" in t and "DEALLOC" in t]
     if inc:
@@ -136,16 +163,17 @@ def report(name, instrs, labels):
 
 
 def main():
-    if len(sys.argv) < 2:
+    shape = "--shape" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--shape"]
+    if not args:
         sys.exit(__doc__)
-    only = sys.argv[2] if len(sys.argv) > 2 else ""
+    only = args[1] if len(args) > 1 else ""
     with tempfile.TemporaryDirectory() as work:
-        cubins = ([sys.argv[1]] if sys.argv[1].endswith(".cubin")
-                  else extract_cubins(sys.argv[1], work))
+        cubins = [args[0]] if args[0].endswith(".cubin") else extract_cubins(args[0], work)
         for cubin in cubins:
             for name, (instrs, labels) in parse(disassemble(cubin)).items():
                 if only in name and instrs:
-                    report(name, instrs, labels)
+                    report(name, instrs, labels, shape)
 
 
 if __name__ == "__main__":
