@@ -98,9 +98,17 @@ def parse(sass):
     return kernels
 
 
+PREDICATE = re.compile(r"^@!?U?P[T\d]+\s+")
+
+
+def mnemonic(text):
+    """The instruction's mnemonic with its modifiers: '@!P0 LDC.64 R2, ...' -> 'LDC.64'."""
+    return PREDICATE.sub("", text).split()[0]
+
+
 def opcode(text):
     """The mnemonic without its predicate and modifiers: '@!P0 LDC.64 R2, ...' -> 'LDC'."""
-    return re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0].split(".")[0]
+    return mnemonic(text).split(".")[0]
 
 
 # Mnemonics whose first modifier says which wait or barrier it is.
@@ -112,9 +120,8 @@ def loop_shape(instrs, start, end):
     names = []
     for address, text, _ in instrs:
         if start <= address <= end:
-            full = re.sub(r"^@!?U?P[T\d]+\s+", "", text).split()[0]
-            op = opcode(text)
-            names.append(".".join(full.split(".")[:2]) if op in KEEP_MODIFIER else op)
+            parts = mnemonic(text).split(".")
+            names.append(".".join(parts[:2]) if parts[0] in KEEP_MODIFIER else parts[0])
     runs = []
     for name in names:
         if runs and runs[-1][0] == name:
