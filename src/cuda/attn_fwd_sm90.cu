@@ -254,29 +254,40 @@ __device__ __forceinline__ void row_state_init(RowState &st) {
 
 // S = Q K^T for this warpgroup: sQ_rows points at its 64 rows of the Q panels (panel stride
 // q_panel_bytes), sK at the K tile (128 keys).
-template <int D, bool BF16>
+// ADVANCE (uniform_descriptors): each operand's descriptor built once and advanced per wgmma,
+// else built from each wgmma's address.
+template <int D, bool BF16, bool ADVANCE = false>
 __device__ __forceinline__ void issue_qk(float (&s)[kBlockN / 2], uint32_t sQ_rows,
                                          uint32_t q_panel_bytes, uint32_t sK) {
     constexpr uint32_t kKPanelBytes = kBlockN * BL_SWIZZLE_ROW_BYTES;
+    const uint64_t qd = wgmma_desc_sw128(sQ_rows, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES);
+    const uint64_t kd = wgmma_desc_sw128(sK, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES);
 #pragma unroll
     for (int kk = 0; kk < D / kMmaK; ++kk) {
         const uint32_t koff = (kk % kKStepsPerPanel) * kMmaKBytes;
-        const uint32_t qa = sQ_rows + (kk / kKStepsPerPanel) * q_panel_bytes + koff;
-        const uint32_t kb = sK + (kk / kKStepsPerPanel) * kKPanelBytes + koff;
-        mma_qk<BF16>(s, wgmma_desc_sw128(qa, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES),
-                     wgmma_desc_sw128(kb, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES), kk > 0);
+        if (ADVANCE) {
+            mma_qk<BF16>(s, wgmma_desc_advance(qd, (kk / kKStepsPerPanel) * q_panel_bytes + koff),
+                         wgmma_desc_advance(kd, (kk / kKStepsPerPanel) * kKPanelBytes + koff), kk > 0);
+        } else {
+            const uint32_t qa = sQ_rows + (kk / kKStepsPerPanel) * q_panel_bytes + koff;
+            const uint32_t kb = sK + (kk / kKStepsPerPanel) * kKPanelBytes + koff;
+            mma_qk<BF16>(s, wgmma_desc_sw128(qa, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES),
+                         wgmma_desc_sw128(kb, kUnusedLbo, BL_SWIZZLE_GROUP_BYTES), kk > 0);
+        }
     }
 }
 
 // O += P V: P from registers (one A fragment per 16 keys), V (128 keys x D) is the transposed
 // (MN-major) operand.
-template <int D, bool BF16>
+template <int D, bool BF16, bool ADVANCE = false>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)[kBlockN / kMmaK][4],
                                          uint32_t sV) {
+    const uint64_t vd = wgmma_desc_sw128(sV, kVDescLbo, kVDescSbo);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
         const uint32_t vb = sV + kk * (kMmaK * BL_SWIZZLE_ROW_BYTES);
-        mma_pv<BF16>(o, pa[kk], wgmma_desc_sw128(vb, kVDescLbo, kVDescSbo));
+        mma_pv<BF16>(o, pa[kk], ADVANCE ? wgmma_desc_advance(vd, kk * (kMmaK * BL_SWIZZLE_ROW_BYTES))
+                                        : wgmma_desc_sw128(vb, kVDescLbo, kVDescSbo));
     }
 }
 
@@ -517,6 +528,17 @@ __device__ __forceinline__ constexpr bool rescale_lazy() {
     return D == 64 || CAUSAL;
 }
 
+// Whether the warp-specialized kernel keeps its wgmma descriptors on the uniform datapath (issue_qk /
+// issue_pv's ADVANCE, and the warpgroup index read from lane 0). Measured under ncu against the
+// descriptors built per wgmma (bench/results/fwd-s45-park-form-later.txt run 5): head dim 64
+// without a causal mask plain -2.2..-2.5 % (statistics level), head dim 64 with one statistics
+// -2 % (plain +1.4 %); head dim 128 plain level / +2 % with a causal mask, statistics +0.6..1.7 %.
+// The numerics are the same either way.
+template <int D, bool CAUSAL, bool STATS>
+__device__ __forceinline__ constexpr bool uniform_descriptors() {
+    return D == 64 && CAUSAL == STATS;
+}
+
 // Where the warp-specialized kernel parks key tile n's log2-mass: at the end of iteration n
 // (false), or in iteration n+1 just before softmax(n+1) (true), where ptxas hoists the park's
 // shuffle / lg2 / store chain into the GEMM issue window. Measured per (head dim, mask) under ncu
@@ -751,6 +773,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
     constexpr ParkDefer kParkDefer = park_defer<D, CAUSAL, PARK_SMEM>();  // end parks only
     constexpr bool kLazy = rescale_lazy<D, CAUSAL>();
     constexpr bool kParkPreBranch = kLazy && !kParkEarly && kParkDefer == kParkFormLater;
+    constexpr bool kUniformDesc = uniform_descriptors<D, CAUSAL, STATS>();
     const FwdParams &p = tp_.p;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
@@ -806,12 +829,16 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
     // ---------------- consumers ----------------
     setmaxnreg_inc<consumer_regs<NWG>()>();
     const ThreadPos tp = thread_pos(threadIdx.x - kThreadsPerWarpgroup);
-    const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
+    // kUniformDesc: the warpgroup index read from lane 0, so that ptxas keeps what derives from it
+    // (the Q descriptors, the turn barriers) on the uniform datapath.
+    const uint32_t sQ_rows =
+        sQ + (kUniformDesc ? __shfl_sync(0xffffffffu, tp.wg, 0) : tp.wg) * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
     float *ws = !STATS    ? nullptr
                 : PARK_SMEM ? reinterpret_cast<float *>(smem_raw + (base - raw) + L::kEnd)
                             : p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * L::kRows;
     float *park_row = STATS ? park_row_ptr(ws, p.num_ktiles, tp) : nullptr;
-    const int my_turn = kBarrierTurn0 + tp.wg, their_turn = kBarrierTurn0 + (tp.wg + 1) % NWG;
+    const int wg_u = kUniformDesc ? __shfl_sync(0xffffffffu, tp.wg, 0) : tp.wg;
+    const int my_turn = kBarrierTurn0 + wg_u, their_turn = kBarrierTurn0 + (wg_u + 1) % NWG;
     const bool warp_leader = tp.lane == 0;
     if (tp.wg == NWG - 1) named_barrier_arrive(kBarrierTurn0, kTurnThreads);  // consumer 0 first
 
@@ -836,7 +863,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             mbarrier_wait(L::k_full(base, stage), phase);
             named_barrier_sync(my_turn, kTurnThreads);
             wgmma_fence();
-            issue_qk<D, BF16>(s, sQ_rows, L::kQPanelBytes, base + L::kK + stage * L::kKVBytes);
+            issue_qk<D, BF16, kUniformDesc>(s, sQ_rows, L::kQPanelBytes, base + L::kK + stage * L::kKVBytes);
             wgmma_commit();
             named_barrier_arrive(their_turn, kTurnThreads);
             wgmma_wait<0>();
@@ -860,9 +887,9 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
 #pragma unroll
                 for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
                 wgmma_fence();
-                issue_qk<D, BF16>(s, sQ_rows, L::kQPanelBytes, base + L::kK + stage * L::kKVBytes);
+                issue_qk<D, BF16, kUniformDesc>(s, sQ_rows, L::kQPanelBytes, base + L::kK + stage * L::kKVBytes);
                 wgmma_commit();
-                issue_pv<D, BF16>(o, pa, base + L::kV + pstage * L::kKVBytes);
+                issue_pv<D, BF16, kUniformDesc>(o, pa, base + L::kV + pstage * L::kKVBytes);
                 wgmma_commit();
                 named_barrier_arrive(their_turn, kTurnThreads);
                 wgmma_wait<1>();  // S(n) ready; P(n-1) V may still run
@@ -900,7 +927,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
             wgmma_fence();
-            issue_pv<D, BF16>(o, pa, base + L::kV + stage * L::kKVBytes);
+            issue_pv<D, BF16, kUniformDesc>(o, pa, base + L::kV + stage * L::kKVBytes);
             wgmma_commit();
             named_barrier_arrive(their_turn, kTurnThreads);
             if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, w.n_end - 1, rowsum, st);

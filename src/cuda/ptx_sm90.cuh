@@ -268,6 +268,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr, uint32_
     return desc;
 }
 
+// The descriptor of (desc's start address + off_bytes), off_bytes a multiple of 16: only the
+// 14-bit start-address field moves, and it cannot carry out of it (shared memory ends below 2^18
+// bytes), so one 32-bit add on the low word does it -- one uniform add per wgmma where building
+// each descriptor from its address took four.
+__device__ __forceinline__ uint64_t wgmma_desc_advance(uint64_t desc, uint32_t off_bytes) {
+    const uint32_t lo = (uint32_t)desc + (off_bytes >> 4);
+    return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // Orders this thread's earlier register writes (accumulators, A fragments) before the next
 // wgmma reads them; required before the first wgmma of a batch.
 __device__ __forceinline__ void wgmma_fence() {
