@@ -12,8 +12,9 @@ with n the instructions that differ (or "-" where the kernel is missing). The ha
 instruction texts only -- no addresses, no line information -- and branch targets as the
 address of their label, because nvdisasm numbers labels across the whole cubin (a change in one
 kernel renumbers the labels of the ones after it); ptxas's internal helpers' numbers and comment
-padding do not count either. How the thirty-second session showed that a refactored source compiles to the measured
-variants (bench/results/bwd-s36-early-dv.txt), and that a comment-only change is one.
+padding do not count either. How the thirty-second session showed that a refactored source
+compiles to the measured variants (bench/results/bwd-s36-early-dv.txt), and that a comment-only
+change is one.
 --regs: register numbers do not count either ("the same up to register names": a schedule
 that only renamed registers, as after a refactor that changed what ptxas allocates first).
 """
