@@ -19,8 +19,9 @@
 // workspace ((grid, rows of a work tile, Tn) floats, L2-resident, reused by the CTA's next work
 // tile) -- or, in the TMA kernel at head dim 64 with Tn <= 128, in the CTA's free shared memory --
 // at the end of the key-tile iteration, and the epilogue, once lse is known, reduces
-// W[m, n] = sum_rows exp2(logmass - lse2) for its 64-row tile. Every W entry is written by exactly
-// one thread: no atomics, no memset.
+// W[m, n] = sum_rows exp2(logmass - lse2) for its 64-row tile. (At head dim 128 the pair
+// (tile_sum, m_used) is parked instead, and W[m, n] = sum_rows tile_sum * exp2(m_used - lse2):
+// park_pairs.) Every W entry is written by exactly one thread: no atomics, no memset.
 // Measured on the H200 and checked against a float64 reference: bench/notes-fwd.md.
 #include <float.h>
 #include <limits.h>
@@ -91,6 +92,7 @@ struct FwdParams {
     float *lse;        // lse: (B, Hq, Sq) fp32 contiguous, natural log
     float *tile_mass;  // tile_mass: (B, Hq, Tm, Tn) fp32 contiguous (STATS only)
     float *stats_ws;   // stats_ws: (gridDim.x, work tile rows, Tn) fp32, per-row log2-masses
+                       // (head dim 128: (.., Tn, 2), (tile sum, m_used) pairs: park_pairs)
     int64_t seqlen_q, seqlen_k;
     int batch, heads_q, heads_per_kv;
     int num_mblocks;  // ceil(Sq / the kernel's rows per work tile)
@@ -419,11 +421,35 @@ __device__ __forceinline__ void rescale_o_if(bool moved, float (&o)[NREGS], cons
 // bench/notes-fwd.md, bench/results/final1-*.)
 constexpr int kParkFloatsPerKeyTile = kBlockM;
 
+// Whether a kernel parks (tile sum, m_use) pairs instead of one log2-mass: the quad's threads 0 / 1
+// store the sums of rows tp.row / tp.row + 8, threads 2 / 3 the maxima those sums are relative to,
+// in the same store instruction (with log2-masses they store a duplicate), so that the key loop
+// has no lg2 and no add in the park's chain; the epilogue forms sum * exp2(m - lse2). The workspace
+// slot is then (rows, Tn, 2) floats, twice the log2-masses'. Head dim 128, where the parks go to
+// the workspace: measured under ncu against the log2-masses (bench/results/fwd-s48-park-sum-max.txt,
+// 2 runs of 3 rounds) 16k x 16 -0.3 / -0.8 % of the statistics kernel without a causal mask and
+// -1.0 / -1.3 % with one, 32k x 24 level (+0.1 / -0.1 %, -0.1 / -0.3 %); the plain kernels do not
+// park. At head dim 64 the kernels that park in the workspace (Tn > 128) spilled with pairs.
+template <int D, bool PARK_SMEM>
+__host__ __device__ __forceinline__ constexpr bool park_pairs() {
+    return D == 128 && !PARK_SMEM;
+}
+// Floats a workspace slot holds per (row, key tile).
+template <int D>
+__host__ __device__ __forceinline__ constexpr int park_ws_floats() {
+    return park_pairs<D, false>() ? 2 : 1;
+}
+
 // The row of the CTA's statistics slot (kBlockM rows x Tn) this thread parks into: row
 // tp.row + 8 * (quad_col & 1), i.e. the row whose quad sum park_tile_logmass leaves in it. Computed
 // once per kernel: rebuilding the 64-bit address inside the key loop cost a uniform-datapath chain
 // (S2UR, UIMAD.WIDE, ULEA) that ncu showed stalling the consumer right after its GEMM issue.
+// park_pairs: the row's pair of key tile n is floats 2n (sum, quad_col 0 / 1) and 2n + 1 (max,
+// quad_col 2 / 3).
+template <int D, bool PARK_SMEM>
 __device__ __forceinline__ float *park_row_ptr(float *ws, int num_ktiles, const ThreadPos &tp) {
+    if (park_pairs<D, PARK_SMEM>())
+        return ws + (int64_t)(tp.row + 8 * (tp.quad_col & 1)) * num_ktiles * 2 + (tp.quad_col >> 1);
     return ws + (int64_t)(tp.row + 8 * (tp.quad_col & 1)) * num_ktiles;
 }
 
@@ -432,29 +458,33 @@ __device__ __forceinline__ float *park_row_ptr(float *ws, int num_ktiles, const 
 // (quad_col & 1) in every thread: exchange the row a thread does not keep, then add the other
 // pair's sum. Threads quad_col 2 and 3 hold the same sums as 0 and 1 and store the
 // same value to the same address (one transaction): no branch, no divergence in the hot loop.
+// (park_pairs: threads 0 / 1 store the sum, threads 2 / 3 the max beside it, no lg2.)
 // PARK_SMEM: the slot is in the CTA's shared memory (park_row points there), else in the
 // L2-resident workspace.
+template <int D, bool PARK_SMEM>
 __device__ __forceinline__ float row_logmass(const ThreadPos &tp, const float (&rowsum)[2],
                                              const float (&m_use)[2]) {
     const bool odd = tp.quad_col & 1;
     float mine = odd ? rowsum[1] : rowsum[0];
     mine += __shfl_xor_sync(0xffffffffu, odd ? rowsum[0] : rowsum[1], 1);
     mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+    if (park_pairs<D, PARK_SMEM>()) return tp.quad_col >= 2 ? (odd ? m_use[1] : m_use[0]) : mine;
     return lg2_approx(mine) + (odd ? m_use[1] : m_use[0]);
 }
+template <int D, bool PARK_SMEM>
 __device__ __forceinline__ float tile_logmass(const ThreadPos &tp, const float (&rowsum)[2],
                                               const RowState &st) {
-    return row_logmass(tp, rowsum, st.m_use);
+    return row_logmass<D, PARK_SMEM>(tp, rowsum, st.m_use);
 }
-template <bool PARK_SMEM>
+template <int D, bool PARK_SMEM>
 __device__ __forceinline__ void park_store(float *park_row, int n, float logmass) {
     if (PARK_SMEM) park_row[n] = logmass;
-    else __stcg(park_row + n, logmass);
+    else __stcg(park_row + (park_pairs<D, PARK_SMEM>() ? 2 * n : n), logmass);
 }
-template <bool PARK_SMEM>
+template <int D, bool PARK_SMEM>
 __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadPos &tp, int n,
                                                   const float (&rowsum)[2], const RowState &st) {
-    park_store<PARK_SMEM>(park_row, n, tile_logmass(tp, rowsum, st));
+    park_store<D, PARK_SMEM>(park_row, n, tile_logmass<D, PARK_SMEM>(tp, rowsum, st));
 }
 
 // End parks only: when tile n's log2-mass, whose row sums are final at the end of iteration n, is
@@ -488,32 +518,32 @@ struct ParkPending {
         rowsum[0] = rs[0], rowsum[1] = rs[1], m_use[0] = st.m_use[0], m_use[1] = st.m_use[1];
     }
 };
-template <bool PARK_SMEM, ParkDefer DEFER>
+template <int D, bool PARK_SMEM, ParkDefer DEFER>
 __device__ __forceinline__ void park_begin(float *park_row, const ThreadPos &tp, const float (&rowsum)[2],
                                            const RowState &st, ParkPending &pd) {
-    if (DEFER == kParkNow) park_store<PARK_SMEM>(park_row, 0, tile_logmass(tp, rowsum, st));
-    if (DEFER == kParkStoreLater) pd.logmass = tile_logmass(tp, rowsum, st);
+    if (DEFER == kParkNow) park_store<D, PARK_SMEM>(park_row, 0, tile_logmass<D, PARK_SMEM>(tp, rowsum, st));
+    if (DEFER == kParkStoreLater) pd.logmass = tile_logmass<D, PARK_SMEM>(tp, rowsum, st);
     if (DEFER == kParkFormLater) pd.keep(rowsum, st);
 }
-template <bool PARK_SMEM, ParkDefer DEFER>
+template <int D, bool PARK_SMEM, ParkDefer DEFER>
 __device__ __forceinline__ void park_end(float *park_row, const ThreadPos &tp, int n,
                                          const float (&rowsum)[2], const RowState &st, ParkPending &pd) {
-    if (DEFER == kParkNow) park_store<PARK_SMEM>(park_row, n, tile_logmass(tp, rowsum, st));
+    if (DEFER == kParkNow) park_store<D, PARK_SMEM>(park_row, n, tile_logmass<D, PARK_SMEM>(tp, rowsum, st));
     if (DEFER == kParkStoreLater) {
-        const float v = tile_logmass(tp, rowsum, st);
-        park_store<PARK_SMEM>(park_row, n - 1, pd.logmass);
+        const float v = tile_logmass<D, PARK_SMEM>(tp, rowsum, st);
+        park_store<D, PARK_SMEM>(park_row, n - 1, pd.logmass);
         pd.logmass = v;
     }
     if (DEFER == kParkFormLater) {
-        park_store<PARK_SMEM>(park_row, n - 1, row_logmass(tp, pd.rowsum, pd.m_use));
+        park_store<D, PARK_SMEM>(park_row, n - 1, row_logmass<D, PARK_SMEM>(tp, pd.rowsum, pd.m_use));
         pd.keep(rowsum, st);
     }
 }
-template <bool PARK_SMEM, ParkDefer DEFER>
+template <int D, bool PARK_SMEM, ParkDefer DEFER>
 __device__ __forceinline__ void park_flush(float *park_row, const ThreadPos &tp, int n_last,
                                            const ParkPending &pd) {
-    if (DEFER == kParkStoreLater) park_store<PARK_SMEM>(park_row, n_last, pd.logmass);
-    if (DEFER == kParkFormLater) park_store<PARK_SMEM>(park_row, n_last, row_logmass(tp, pd.rowsum, pd.m_use));
+    if (DEFER == kParkStoreLater) park_store<D, PARK_SMEM>(park_row, n_last, pd.logmass);
+    if (DEFER == kParkFormLater) park_store<D, PARK_SMEM>(park_row, n_last, row_logmass<D, PARK_SMEM>(tp, pd.rowsum, pd.m_use));
 }
 
 // Whether the warp-specialized kernel rescales lazily (kRescaleSlack). Measured under ncu against
@@ -593,16 +623,24 @@ __device__ __forceinline__ void write_outputs(const FwdParams &p, const WorkTile
     if (mtile < p.num_mtiles) {
         // One key tile per thread: 64 independent loads (all in flight), coalesced across the warp.
         const float *lse2_rows = s_lse2 + tp.wg * kRowsPerWarpgroup;
-        const float *ws_rows = ws + (int64_t)(tp.wg * kRowsPerWarpgroup) * p.num_ktiles;
+        constexpr bool kPairs = park_pairs<D, PARK_SMEM>();
+        const float *ws_rows = ws + (int64_t)(tp.wg * kRowsPerWarpgroup) * p.num_ktiles * (kPairs ? 2 : 1);
         float *wrow = p.tile_mass + (((int64_t)w.b * p.heads_q + w.h) * p.num_mtiles + mtile) * p.num_ktiles;
         for (int n = tp.warp * 32 + tp.lane; n < p.num_ktiles; n += kThreadsPerWarpgroup) {
             float acc = 0.f;
             if (n < w.n_end) {
 #pragma unroll
-                for (int r = 0; r < kRowsPerWarpgroup; ++r)
-                    acc += ex2_approx((PARK_SMEM ? ws_rows[r * p.num_ktiles + n]
-                                                 : __ldcg(ws_rows + (int64_t)r * p.num_ktiles + n)) -
-                                      lse2_rows[r]);
+                for (int r = 0; r < kRowsPerWarpgroup; ++r) {
+                    if (kPairs) {
+                        const float2 sm = __ldcg(reinterpret_cast<const float2 *>(ws_rows) +
+                                                 (int64_t)r * p.num_ktiles + n);
+                        acc = fmaf(sm.x, ex2_approx(sm.y - lse2_rows[r]), acc);
+                    } else {
+                        acc += ex2_approx((PARK_SMEM ? ws_rows[r * p.num_ktiles + n]
+                                                     : __ldcg(ws_rows + (int64_t)r * p.num_ktiles + n)) -
+                                          lse2_rows[r]);
+                    }
+                }
             }
             wrow[n] = acc;
         }
@@ -624,8 +662,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
     const uint32_t sQ = base + L::kQ;
     const ThreadPos tp = thread_pos(threadIdx.x);
     const uint32_t sQ_rows = sQ + tp.wg * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
-    float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kParkFloatsPerKeyTile : nullptr;
-    float *park_row = STATS ? park_row_ptr(ws, p.num_ktiles, tp) : nullptr;
+    float *ws = STATS ? p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * kParkFloatsPerKeyTile * park_ws_floats<D>()
+                      : nullptr;
+    float *park_row = STATS ? park_row_ptr<D, false>(ws, p.num_ktiles, tp) : nullptr;
 
     WorkTile w;
     for (int round = 0; decode_work<CAUSAL>(p, round, w); ++round) {
@@ -684,7 +723,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const __grid
                 // While P V runs: the fences keep the compiler from hoisting this above the issue.
                 reg_fence(rowsum[0]);
                 reg_fence(rowsum[1]);
-                park_tile_logmass<false>(park_row, tp, n, rowsum, st);
+                park_tile_logmass<D, false>(park_row, tp, n, rowsum, st);
             }
             wgmma_wait<0>();
 #pragma unroll
@@ -836,8 +875,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
         sQ + (kUniformDesc ? __shfl_sync(0xffffffffu, tp.wg, 0) : tp.wg) * kRowsPerWarpgroup * BL_SWIZZLE_ROW_BYTES;
     float *ws = !STATS    ? nullptr
                 : PARK_SMEM ? reinterpret_cast<float *>(smem_raw + (base - raw) + L::kEnd)
-                            : p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * L::kRows;
-    float *park_row = STATS ? park_row_ptr(ws, p.num_ktiles, tp) : nullptr;
+                            : p.stats_ws + (int64_t)blockIdx.x * p.num_ktiles * L::kRows * park_ws_floats<D>();
+    float *park_row = STATS ? park_row_ptr<D, PARK_SMEM>(ws, p.num_ktiles, tp) : nullptr;
     const int wg_u = kUniformDesc ? __shfl_sync(0xffffffffu, tp.wg, 0) : tp.wg;
     const int my_turn = kBarrierTurn0 + wg_u, their_turn = kBarrierTurn0 + (wg_u + 1) % NWG;
     const bool warp_leader = tp.lane == 0;
@@ -874,7 +913,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             softmax_tile<CAUSAL, kLazy>(s, p, w, tp, 0, st, alpha, rowsum);
             convert_p<BF16>(s, pa);
             ParkPending pending{};
-            if (STATS && !kParkEarly) park_begin<PARK_SMEM, kParkDefer>(park_row, tp, rowsum, st, pending);
+            if (STATS && !kParkEarly) park_begin<D, PARK_SMEM, kParkDefer>(park_row, tp, rowsum, st, pending);
             // key tiles 1 .. n_end-1: issue P(n-1) V and Q K(n)^T, softmax(n) under P(n-1) V
             for (int n = 1; n < w.n_end; ++n) {
                 const int pstage = stage;
@@ -898,7 +937,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                 for (int i = 0; i < kBlockN / 2; ++i) reg_fence(s[i]);
                 if (n == w.n_end - 1 && warp_leader) mbarrier_arrive(L::q_empty(base));
                 // rowsum and st.m_use still hold tile n-1's values here.
-                if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, n - 1, rowsum, st);
+                if (STATS && kParkEarly) park_tile_logmass<D, PARK_SMEM>(park_row, tp, n - 1, rowsum, st);
                 const bool moved = softmax_tile<CAUSAL, kLazy>(s, p, w, tp, n, st, alpha, rowsum);
                 wgmma_wait<0>();  // P(n-1) V done: stage pstage is free, o and pa may change
 #pragma unroll
@@ -910,7 +949,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                     // head dim 128).
                     convert_p<BF16>(s, pa);
                     if (STATS && kParkPreBranch)  // tile n-1's chain, in this block (park_defer)
-                        park_end<PARK_SMEM, kParkDefer>(park_row, tp, n, rowsum, st, pending);
+                        park_end<D, PARK_SMEM, kParkDefer>(park_row, tp, n, rowsum, st, pending);
                     rescale_o_if(moved, o, alpha);
                 } else {
                     rescale_o(o, alpha);
@@ -922,7 +961,7 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
                 // measured 4% cheaper at 16k x 64 causal than in the shadow of the next GEMM issue
                 // (bench/results/fwd-parkend-ab.txt).
                 if (STATS && !kParkEarly && !kParkPreBranch)
-                    park_end<PARK_SMEM, kParkDefer>(park_row, tp, n, rowsum, st, pending);
+                    park_end<D, PARK_SMEM, kParkDefer>(park_row, tp, n, rowsum, st, pending);
             }
             // last P V
             mbarrier_wait(L::v_full(base, stage), phase);
@@ -933,8 +972,8 @@ __global__ void __launch_bounds__(ws_threads<NWG>(), 1) attn_fwd_sm90_ws_kernel(
             issue_pv<D, BF16, kUniformDesc>(o, pa, base + L::kV + stage * L::kKVBytes);
             wgmma_commit();
             named_barrier_arrive(their_turn, kTurnThreads);
-            if (STATS && kParkEarly) park_tile_logmass<PARK_SMEM>(park_row, tp, w.n_end - 1, rowsum, st);
-            if (STATS && !kParkEarly) park_flush<PARK_SMEM, kParkDefer>(park_row, tp, w.n_end - 1, pending);
+            if (STATS && kParkEarly) park_tile_logmass<D, PARK_SMEM>(park_row, tp, w.n_end - 1, rowsum, st);
+            if (STATS && !kParkEarly) park_flush<D, PARK_SMEM, kParkDefer>(park_row, tp, w.n_end - 1, pending);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) reg_fence(o[i]);
@@ -1001,7 +1040,8 @@ int ws_consumers(int64_t head_dim) {
 // sized for kernel 2, whose work tiles are never smaller than kernel 1's.
 size_t stats_workspace_bytes(const bl_attn_desc *d, int sms) {
     const int64_t rows = ws_consumers(d->head_dim) * kRowsPerWarpgroup;
-    return (size_t)sms * (size_t)ceil_div(d->seqlen_k, kBlockN) * (size_t)rows * sizeof(float);
+    return (size_t)sms * (size_t)ceil_div(d->seqlen_k, kBlockN) * (size_t)rows *
+           (size_t)(d->head_dim == 128 ? park_ws_floats<128>() : park_ws_floats<64>()) * sizeof(float);
 }
 
 // cp.async moves 16-byte chunks: each row of q/k/v must start 16-byte aligned.
