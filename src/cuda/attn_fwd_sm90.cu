@@ -500,11 +500,12 @@ __device__ __forceinline__ void park_tile_logmass(float *park_row, const ThreadP
 // 128 causal (16k and 32k) against the early park; +0.6..1.4 % at head dim 128 without a causal
 // mask against kParkNow (bench/results/fwd-s45-park-form-later.txt). Its four kept floats make the
 // head-dim-64 kernel that parks in global memory keep a value in local memory inside the loop, so
-// that one stays with kParkStoreLater.
+// that one stays with kParkStoreLater. (Head dim 128 with a causal mask parks early since its
+// parks became (sum, max) pairs: park_early.)
 enum ParkDefer { kParkNow = 0, kParkStoreLater = 1, kParkFormLater = 2 };
 template <int D, bool CAUSAL, bool PARK_SMEM>
 __device__ __forceinline__ constexpr ParkDefer park_defer() {
-    if (CAUSAL) return D == 128 || PARK_SMEM ? kParkFormLater : kParkStoreLater;
+    if (CAUSAL) return PARK_SMEM ? kParkFormLater : kParkStoreLater;
     return kParkNow;
 }
 
@@ -576,11 +577,14 @@ __device__ __forceinline__ constexpr bool uniform_descriptors() {
 // and with events (bench/notes-fwd.md, twenty-first session): the early park is 3 % cheaper at
 // head dim 64 without a causal mask; level at head dim 128 without, 2-3.5 % dearer at head dim 64
 // with one. At head dim 128 with a causal mask it was 1.5 % cheaper than the plain end park, and
-// is 0.6 % dearer than the end park formed later (park_defer).
+// 0.6 % dearer than the end park formed later (park_defer) while parks were log2-masses; with
+// (sum, max) pairs (park_pairs) it is 0.4 / 0.5 % cheaper than that at 16k / 32k, and the end
+// park formed at once 2.2-2.5 % dearer (bench/results/fwd-s48-park-sum-max.txt run 3); without
+// a causal mask the early park is still dearer there (+1.5 %).
 // (The sync kernel always parks at the end.)
 template <int D, bool CAUSAL>
 __device__ __forceinline__ constexpr bool park_early() {
-    return D == 64 && !CAUSAL;
+    return D == 64 ? !CAUSAL : CAUSAL;
 }
 
 // Writes out and lse of this thread's rows and (STATS) the tile mass of the warpgroup's 64-row
