@@ -1,10 +1,11 @@
 """Where a backward call's GPU time goes, kernel by kernel (torch.profiler / CUPTI timestamps).
 
     python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D] [--causal] [--calls N]
-                                          [--keeps dense,1.0,0.5,0.03,0.01]
+                                          [--keeps dense,1.0,0.5,0.03,0.01,negl:0.05]
 
-For each configuration (the dense call, or a random tile mask keeping about `keep` of each row
-tile, as bench/bench_attn.py draws them) it queues N calls, each behind a ~1 ms sleep kernel so
+For each configuration (the dense call, a random tile mask keeping about `keep` of each row
+tile, as bench/bench_attn.py draws them, or `negl:P`: the selection at negl_prob P from the W of
+the bench's video-grid inputs, the selection kernel in the call) it queues N calls, each behind a ~1 ms sleep kernel so
 that the host has queued the whole call before the GPU reaches it (as in the bench's back-to-back
 calls), and prints per kernel of the call: the median duration, the median gap from the previous
 kernel's end, and the call's span (first kernel start to last kernel end). No ncu: the clocks
@@ -22,7 +23,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from bench_attn import random_qkv, random_tile_mask  # noqa: E402
+from bench_attn import random_qkv, random_tile_mask, video_qkv  # noqa: E402
 from back_lite import functional as blf  # noqa: E402
 
 SLEEP_CYCLES = 2_000_000  # ~1 ms at 1.98 GHz: longer than the host needs to queue one call
@@ -98,8 +99,17 @@ def main(argv=None) -> None:
     tm, tn = w.shape[-2:]
     computable = blf.computable_tiles(s, s, args.causal, dev)
     print(f"shape {(b, s, h, d)} causal={args.causal} {torch.cuda.get_device_name()}")
+    video = None
     for keep in args.keeps.split(","):
-        if keep == "dense":
+        if keep.startswith("negl:"):
+            if video is None:
+                qs, ks, vs = video_qkv(b, s, h, d, torch.bfloat16, dev)
+                outs, lses, ws = blf.forward(qs, ks, vs, causal=args.causal, with_stats=True)
+                video = (qs, ks, vs, outs, lses, ws)
+            negl = float(keep[len("negl:"):])
+            fn = lambda negl=negl, x=video: blf.backward(dout, *x[:5], tile_mass=x[5],
+                                                         negl_prob=negl, causal=args.causal)
+        elif keep == "dense":
             fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
         else:
             mask = random_tile_mask(b, h, tm, tn, float(keep), dev) & computable

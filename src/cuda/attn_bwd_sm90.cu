@@ -1,9 +1,10 @@
 // attn_bwd_sm90.cu -- the block-sparse attention backward for sm_90a: host entry point
 // bl_cuda_backward and the main-kernel launch.
 //
-// Stages (all on the caller's stream, scratch from the workspace): [selection W -> mask]
-// (select_sm90.cu), preprocess Dlt / lse / dq accumulator (bwd_prepost_sm90.cu), per-key-tile
-// lists and the heaviest-first schedule (select_sm90.cu), the main kernel, postprocess dq.
+// Stages (all on the caller's stream, scratch from the workspace): [selection W -> mask],
+// per-key-tile lists and the heaviest-first schedule (select_sm90.cu), preprocess Dlt / lse / dq
+// accumulator (bwd_prepost_sm90.cu; it runs beside the three before it), the main kernel,
+// postprocess dq.
 //
 // Main kernel: one CTA per (batch b, kv head g, key tile n of BN keys), launched heaviest first.
 // It walks the compact list of kept (q head, row tile) pairs of its key tile, so skipped tiles
@@ -247,8 +248,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     cudaStream_t stream = (cudaStream_t)d->stream;
 
     const uint8_t *tiles = mask;  // NULL: dense
-    // The selection's rows are latency-bound (sequential sums): the preprocess, launched right
-    // behind it as a programmatic dependent, runs beside it.
+    // The selection's rows are latency-bound (sequential sums): the preprocess runs beside it
+    // (see the launches below).
     const bool selecting = mask == NULL && negl_prob > 0.0f;
     if (selecting) {
         BL_TRY(bl_select_launch(dm, tile_mass, negl_prob, ws.mask, stream));
@@ -354,26 +355,24 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         layout = forced ? BL_DQ_TILES80 : BL_DQ_CHOSEN;
     else if (rows80)
         layout = forced ? BL_DQ_TILES80G : BL_DQ_PACKED;
-    // The preprocess (bandwidth-bound: Dlt, the accumulator's zeros) runs as the programmatic
-    // dependent of a kernel it does not touch: the selection where there is one, else the lists
-    // kernel, so that the latter's ~3-20 us leave the call's critical path
-    // (bench/results/bwd-s24-fixed-costs.txt). It waits for that kernel before it completes, so
-    // the schedule (which needs the counts and the zeroed totals) sees both.
+    // The small kernels in the order of their inputs, each the programmatic dependent of the one
+    // before: [selection ->] lists (the mask) -> schedule (the counts; the lists kernel zeroes
+    // the totals it sums) -> preprocess. Each lets its dependent start at once and waits for the
+    // one before it where it needs it, so the preprocess (bandwidth-bound: Dlt, the
+    // accumulator's zeros; it touches nothing the others read or write) runs beside all of
+    // them, and waits for the schedule before it completes: the main kernel, launched behind it,
+    // sees everything. With the preprocess in the middle (before the schedule), the schedule's
+    // ~4-8 us and a launch were on the call's critical path (bench/results/
+    // bwd-s49-fixed-chain.txt); before that, with the lists kernel after the preprocess, the
+    // lists' ~3-20 us (bwd-s24-fixed-costs.txt).
     const bool lists80 = rows80 && masked;
     // Masked calls whose kernel the device picks count each row tile's entries in the lists
     // kernel (bl_bwd_dq_writers_used); for the others it stays NULL.
     if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
-    if (dq_rows) {
-        // No preprocess: the dq-rows kernel writes the Dlt / lse rows that version 10 reads.
-        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
-    } else if (selecting) {
-        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
-        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
-    } else {
-        BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, &ws, stream));
-        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
-    }
+    BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, selecting, &ws, stream));
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, &ws, stream));
+    // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
+    if (!dq_rows) BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     p.dq_writers = ws.dq_writers;
     if (dq_rows)
         BL_TRY(bf16 ? launch_dqrows<__nv_bfloat16>(rp, stream) : launch_dqrows<__half>(rp, stream));

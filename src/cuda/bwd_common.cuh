@@ -1,10 +1,10 @@
 // bwd_common.cuh -- what the backward's three translation units share: the problem's tile
 // counts, the workspace layout, and the host launchers each file provides to the others.
 //
-// The backward runs as: [selection: W -> mask] -> preprocess (Dlt, log2-scaled lse, zero the
-// fp32 dq accumulator) -> per-key-tile lists of kept (q head, row tile) pairs -> schedule
-// (heaviest key tiles first) -> main kernel (dK, dV per key tile; dq by fp32 atomics) ->
-// postprocess (dq accumulator -> dtype, times scale).
+// The backward runs as: [selection: W -> mask] -> per-key-tile lists of kept (q head, row tile)
+// pairs -> schedule (heaviest key tiles first) -> preprocess (Dlt, log2-scaled lse, zero the
+// fp32 dq accumulator; it runs beside the three before it) -> main kernel (dK, dV per key tile;
+// dq by fp32 atomics) -> postprocess (dq accumulator -> dtype, times scale).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -155,12 +155,15 @@ bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float 
                            uint8_t *mask, cudaStream_t stream);
 // select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80
 // and ws->lists80; ws->dq_writers unless NULL. Tiles with no allowed key under `causal` are left
-// out whatever the mask says.
-// The kernel lets a programmatic dependent launched behind it (the preprocess) run beside it.
+// out whatever the mask says. With rows80 ws->totals are zeroed (the schedule sums them).
+// dependent: launched as the programmatic dependent of the kernel before it (the selection),
+// whose mask it reads once that one is done. Its own dependent (the schedule) starts at once.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
-                              const bl_bwd_workspace *ws, cudaStream_t stream);
+                              bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream);
 // select_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
-// ws->sched_next, with rows80 ws->totals (zeroed by the preprocess, which must have completed).
+// ws->sched_next, with rows80 ws->totals. Launched as the programmatic dependent of the lists
+// kernel (it reads the counts once that one is done); its own dependent (the preprocess) starts
+// at once.
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                  const bl_bwd_workspace *ws, cudaStream_t stream);
 
@@ -216,9 +219,9 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 }
 
 // bwd_prepost_sm90.cu: ws->dlt, ws->lse_log2, and zero ws->dq_accum for `layout`. Launched as
-// the programmatic dependent of the kernel right before it (the selection or the lists kernel),
-// beside which it runs: it touches nothing that kernel reads or writes, and waits for it before
-// it completes.
+// the programmatic dependent of the schedule kernel, beside which (and the lists kernel and the
+// selection before it) it runs: it touches nothing they read or write, and waits for the
+// schedule before it completes, so that the main kernel launched behind it sees all of them.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);

@@ -152,8 +152,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          int64_t do_sb, int64_t do_ss, int64_t do_sh,
                          const float *__restrict__ lse, float *__restrict__ dlt,
                          float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                         int64_t zero_rows, unsigned long long *__restrict__ totals,
-                         float *__restrict__ unkept_rows) {
+                         int64_t zero_rows, float *__restrict__ unkept_rows) {
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -161,7 +160,6 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
     // No early return: the whole warp takes part in the shuffles below.
     const bool live = row < rows;
-    if (totals && tid < BL_BWD_TOTALS) totals[tid] = 0;  // summed by the window schedule kernel
     if (tid < 2 * BL_BWD_TM_DENSE) unkept_rows[tid] = tid < BL_BWD_TM_DENSE ? INFINITY : 0.0f;
     const int64_t i = row % dm.seqlen_q_pad;
     const int64_t h = (row / dm.seqlen_q_pad) % dm.heads_q;
@@ -192,10 +190,15 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
         dlt[at] = (i < dm.seqlen_q) ? dot : 0.0f;
         lse_log2[at] = l2;
     }
-    // Launched behind the selection or the lists kernel (a programmatic dependent, beside which it
-    // runs): that one must complete before this grid does, so that the kernels after it see its
-    // mask or lists.
-    griddep_wait();
+    // Launched behind the schedule kernel (a programmatic dependent, beside which it runs, and
+    // beside the lists kernel and the selection before that): the schedule must complete before
+    // this grid does, so that the main kernel launched behind this one sees the lists and the
+    // schedule (the schedule waited for the lists kernel, that one for the selection). One CTA
+    // waiting is enough for that -- the grid completes when its last CTA does -- so only the last
+    // one, which starts last, waits: with every CTA waiting, the first wave held its SMs until
+    // the schedule was done, and the kernel ran 7 us (16k x 16 x 128) to 28 us (32k x 24) longer
+    // (bench/results/bwd-s49-fixed-chain.txt, run 1).
+    if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
 // Eight accumulator columns (a0, a1), in the order 0 2 4 6 1 3 5 7 where cols_permuted, times
@@ -442,7 +445,6 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                             (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
                             (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
-                            layout == BL_DQ_ROWS ? (unsigned long long *)NULL : ws->totals,
                             ws->unkept_rows));
     return BL_OK;
 }

@@ -436,11 +436,16 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 __global__ void __launch_bounds__(LIST_THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80, uint8_t *__restrict__ dq_writers) {
+                   int *__restrict__ lists80, uint8_t *__restrict__ dq_writers,
+                   unsigned long long *__restrict__ totals) {
     extern __shared__ unsigned col_bits[];
-    // Where the backward's preprocess follows as a programmatic dependent (bl_cuda_backward),
-    // it runs beside this kernel (it touches nothing this one reads or writes).
+    // The schedule follows as a programmatic dependent (bl_cuda_backward): its CTAs start now
+    // and wait for this grid, so that the preprocess behind them can start too. Where this
+    // kernel is itself the selection's dependent, the mask is read only once that one is done.
     griddep_launch_dependents();
+    griddep_wait();
+    // The call's entry totals, summed by the window schedule kernel behind this one.
+    if (totals && blockIdx.x == 0 && threadIdx.x < BL_BWD_TOTALS) totals[threadIdx.x] = 0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t runs = (dm.tiles_n + cols_per_cta - 1) / cols_per_cta;  // CTAs per (b, g)
     const int64_t bg = blockIdx.x / runs;                                 // b * Hk + g
@@ -548,6 +553,14 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 
 enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
 
+// Both schedule kernels run as the lists kernel's programmatic dependent (bl_cuda_backward): the
+// preprocess behind them may start at once (it reads nothing they write, and waits for them
+// before it completes); the counts are read once the lists kernel is done.
+static __device__ __forceinline__ void sched_dependent_start() {
+    griddep_launch_dependents();
+    griddep_wait();
+}
+
 // counts: (num_cols); schedule: (num_cols), a permutation of 0..num_cols-1. Buckets of equal
 // width over [0, max count]: heavy columns start first, which is what load balance needs; the
 // order inside a bucket does not matter.
@@ -557,6 +570,7 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
     __shared__ int hist[SCHED_BUCKETS];
     __shared__ int warp_sums[SCHED_THREADS / 32];
     __shared__ int s_max;
+    sched_dependent_start();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (tid == 0) s_max = 1;
     for (int i = tid; i < SCHED_BUCKETS; i += SCHED_THREADS) hist[i] = 0;
@@ -622,6 +636,7 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
                               int *__restrict__ next, unsigned long long *__restrict__ totals) {
     __shared__ __align__(16) int c[SCHED_WINDOW_MAX];
     __shared__ unsigned long long sums[BL_BWD_TOTALS];
+    sched_dependent_start();
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
     const int n4 = (n + 3) / 4;  // the counts as int4, padded with INT_MIN (ranks below all)
@@ -692,7 +707,7 @@ int64_t bl_bwd_list_runs(const bl_bwd_dims &dm) {
 }
 
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
-                              const bl_bwd_workspace *ws, cudaStream_t stream) {
+                              bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols > INT32_MAX || dm.group * dm.tiles_m > INT32_MAX)
         return bl_set_error(BL_ERR_UNSUPPORTED,
@@ -714,10 +729,11 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     if (ws->dq_writers && bl_bwd_list_runs(dm) > BL_BWD_WRITER_RUNS)
         return bl_set_error(BL_ERR_INTERNAL, "%lld key tiles: more lists CTAs than writer bytes",
                             (long long)dm.tiles_n);
-    bl_bwd_list_kernel<<<(unsigned)ctas, LIST_THREADS, bits_bytes, stream>>>(
-        dm, causal, mask, per, ws->counts, ws->lists, rows80 ? ws->counts80 : NULL,
-        rows80 ? ws->lists80 : NULL, ws->dq_writers);
-    BL_CUDA_CHECK_LAUNCH("bl_bwd_list_kernel");
+    BL_CUDA_CHECK(bl_launch(bl_bwd_list_kernel, dim3((unsigned)ctas), dim3(LIST_THREADS),
+                            bits_bytes, stream, dependent, dm, causal, mask, per, ws->counts,
+                            ws->lists, rows80 ? ws->counts80 : (int *)NULL,
+                            rows80 ? ws->lists80 : (int *)NULL, ws->dq_writers,
+                            rows80 ? ws->totals : (unsigned long long *)NULL));
     return BL_OK;
 }
 
@@ -725,9 +741,9 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
     if (causal && dm.head_dim != 128) {
-        bl_bwd_schedule_kernel<<<1, SCHED_THREADS, 0, stream>>>(ws->counts, (int)cols, ws->schedule,
-                                                                 ws->sched_rec, ws->sched_next);
-        BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_kernel");
+        BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0, stream,
+                                /*dependent=*/true, (const int *)ws->counts, (int)cols,
+                                ws->schedule, ws->sched_rec, ws->sched_next));
         return BL_OK;
     }
     // Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM, dynamic
@@ -739,9 +755,11 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     const int window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
-    bl_bwd_schedule_window_kernel<<<(unsigned)(windows * parts), SCHED_RANK_THREADS, 0, stream>>>(
-        dm, causal, ws->counts, rows80 ? ws->counts80 : NULL, (int)cols, window, parts,
-        ws->schedule, ws->sched_rec, ws->sched_next, ws->totals);
-    BL_CUDA_CHECK_LAUNCH("bl_bwd_schedule_window_kernel");
+    BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_window_kernel, dim3((unsigned)(windows * parts)),
+                            dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, dm, causal,
+                            (const int *)ws->counts,
+                            rows80 ? (const int *)ws->counts80 : (const int *)NULL, (int)cols,
+                            window, parts, ws->schedule, ws->sched_rec, ws->sched_next,
+                            ws->totals));
     return BL_OK;
 }
