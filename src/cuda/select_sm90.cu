@@ -45,7 +45,8 @@ bl_select_kernel(const float *__restrict__ w_all, int tn, int tn_pow2, double ne
     __shared__ double s_total;
     __shared__ int s_skip;
 
-    griddep_launch_dependents();  // the backward's preprocess runs beside (bl_cuda_backward)
+    // the backward's lists kernel starts now and waits for this grid (bl_cuda_backward)
+    griddep_launch_dependents();
     const int64_t row = blockIdx.x;
     const float *w_row = w_all + row * tn;
     uint8_t *mask_row = mask_all + row * tn;
@@ -271,7 +272,8 @@ bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, dou
     constexpr unsigned FULL = 0xffffffffu;
     __shared__ double s_share[SEL_WARP_ROWS][N];  // the shares p in sorted order
     __shared__ float s_w[SEL_WARP_ROWS][N];       // the row of W in tile order
-    griddep_launch_dependents();  // the backward's preprocess runs beside (bl_cuda_backward)
+    // the backward's lists kernel starts now and waits for this grid (bl_cuda_backward)
+    griddep_launch_dependents();
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int64_t row = (int64_t)blockIdx.x * SEL_WARP_ROWS + wid;
     if (row >= rows) return;  // a whole warp; nothing below syncs beyond the warp
