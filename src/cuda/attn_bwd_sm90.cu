@@ -374,6 +374,10 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
     if (!dq_rows) BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     p.dq_writers = ws.dq_writers;
+    // A row tile's only entry writes dq itself (bwd_params::dq_direct) where TMA can describe dq.
+    p.dq_direct = ws.dq_writers != NULL &&
+                  bl_make_tensor_map(&p.tm_dq16, dq, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim,
+                                     BM, bf16);
     if (dq_rows)
         BL_TRY(bf16 ? launch_dqrows<__nv_bfloat16>(rp, stream) : launch_dqrows<__half>(rp, stream));
 
@@ -415,7 +419,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         layout = perm ? BL_DQ_ROWS_PERMUTED : BL_DQ_ROWS;
     }
 
-    return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, layout, dq, &ws, stream);
+    return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, layout, p.dq_direct != 0, dq, &ws,
+                                     stream);
 }
 
 #ifdef BL_BWD_TIMELINE

@@ -225,9 +225,11 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
-// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`.
+// bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`. dq_direct
+// (bwd_params::dq_direct): where version 10 was picked, the row tiles of one entry are in dq
+// already and are left alone.
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
-                                    bl_dq_layout layout, bl_tensor dq,
+                                    bl_dq_layout layout, bool dq_direct, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.

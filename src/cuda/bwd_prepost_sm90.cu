@@ -336,14 +336,15 @@ bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restr
 // layout's grid: every load first,
 // then the conversions (a tile layout's shared memory caps the grid's occupancy, so each thread
 // keeps its items' loads in flight together). Rows of a 64-row tile no entry wrote (dq_writers
-// 0) are zeros, not read.
+// 0) are zeros, not read; with dq_direct those of a tile with one entry are in dq already
+// (bwd_params::dq_direct) and are skipped.
 template <typename T, int ROWS>
 __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, float scale,
                                                        const float *__restrict__ dq_accum,
                                                        const uint8_t *__restrict__ dq_writers,
-                                                       uint16_t *__restrict__ dq, int64_t sb,
-                                                       int64_t ss, int64_t sh, int64_t blk,
-                                                       int part) {
+                                                       bool dq_direct, uint16_t *__restrict__ dq,
+                                                       int64_t sb, int64_t ss, int64_t sh,
+                                                       int64_t blk, int part) {
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
     int64_t b, h, m;
     pp_block_coords(dm, tiles, blk, &b, &h, &m);
@@ -354,6 +355,7 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
     constexpr int ITEMS = (PART_ITEMS + PP_THREADS - 1) / PP_THREADS;  // per thread
     const int64_t row0 = m * ROWS + part * PART_ROWS;
     float4 a[ITEMS][2];
+    bool mine[ITEMS];  // the item's row is this kernel's to write
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
         const int item = threadIdx.x + x * PP_THREADS;
@@ -361,16 +363,19 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
         const float4 *acc = reinterpret_cast<const float4 *>(
             dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
         a[x][0] = a[x][1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        const bool written =
-            !dq_writers || bl_bwd_tile_writers(bl_bwd_tile_writer_runs(
-                               dq_writers, (b * dm.heads_q + h) * dm.tiles_m + i / BL_BWD_TM)) != 0;
-        if (item < PART_ITEMS && i < dm.seqlen_q && written) a[x][0] = acc[0], a[x][1] = acc[1];
+        // unknown without dq_writers: read as written by several entries
+        const unsigned writers =
+            dq_writers ? bl_bwd_tile_writers(bl_bwd_tile_writer_runs(
+                             dq_writers, (b * dm.heads_q + h) * dm.tiles_m + i / BL_BWD_TM))
+                       : 2u;
+        mine[x] = item < PART_ITEMS && i < dm.seqlen_q && !(dq_direct && writers == 1);
+        if (mine[x] && writers != 0) a[x][0] = acc[0], a[x][1] = acc[1];
     }
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
         const int item = threadIdx.x + x * PP_THREADS;
         const int64_t i = row0 + item / TPR;
-        if (item < PART_ITEMS && i < dm.seqlen_q)
+        if (mine[x])
             store_row_part<T>(a[x][0], a[x][1], true, scale,
                               dq + b * sb + i * ss + h * sh + (item % TPR) * PP_VEC);
     }
@@ -392,7 +397,7 @@ template <typename T, bool CAUSAL>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
-                                 const uint8_t *__restrict__ dq_writers,
+                                 const uint8_t *__restrict__ dq_writers, bool dq_direct,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[pp_tile_floats(PP80_ROWS)];  // the larger part
     const int64_t blk = blockIdx.x / PP_TILE_PARTS;
@@ -402,8 +407,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     if (CAUSAL) {
         if (!bl_bwd_rows80_chosen(totals, true)) {
             if (blk < r80_blocks)
-                postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
-                                                     sh, blk, part);
+                postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq_direct,
+                                                     dq, sb, ss, sh, blk, part);
         } else if (!bl_bwd_masked_full(totals) && bl_bwd_packed_chosen(totals, true)) {
             if (blk < r64_blocks)
                 postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
@@ -428,8 +433,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
             postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
                                                  part, tile);
         else
-            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
-                                                 sh, blk, part);
+            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq_direct, dq,
+                                                 sb, ss, sh, blk, part);
     }
 }
 
@@ -451,7 +456,8 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
 
 template <typename T, int D>
 static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_layout layout,
-                                   bl_tensor dq, const bl_bwd_workspace *ws, cudaStream_t stream) {
+                                   bool dq_direct, bl_tensor dq, const bl_bwd_workspace *ws,
+                                   cudaStream_t stream) {
     const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
     const int64_t r64_blocks = dm.batch * dm.heads_q * dm.tiles_m;
     const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
@@ -475,9 +481,9 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         auto kernel = packed ? bl_bwd_postprocess_picked_kernel<T, false>
                              : bl_bwd_postprocess_picked_kernel<T, true>;
         // ws->dq_writers: the entries of each row tile (NULL unless bl_bwd_dq_writers_used)
-        kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(dm, scale, ws->dq_accum, ws->totals,
-                                                          ws->dq_writers, (uint16_t *)dq.data,
-                                                          dq.stride_b, dq.stride_s, dq.stride_h);
+        kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(
+            dm, scale, ws->dq_accum, ws->totals, ws->dq_writers, dq_direct, (uint16_t *)dq.data,
+            dq.stride_b, dq.stride_s, dq.stride_h);
         BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_picked_kernel");
         return BL_OK;
     }
@@ -508,13 +514,13 @@ bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_ten
 }
 
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
-                                    bl_dq_layout layout, bl_tensor dq,
+                                    bl_dq_layout layout, bool dq_direct, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
     const bl_dq_layout perm = layout;
     if (dm.head_dim == 64)
-        return bf16 ? postprocess_typed<__nv_bfloat16, 64>(dm, scale, perm, dq, ws, stream)
-                    : postprocess_typed<__half, 64>(dm, scale, perm, dq, ws, stream);
-    return bf16 ? postprocess_typed<__nv_bfloat16, 128>(dm, scale, perm, dq, ws, stream)
-                : postprocess_typed<__half, 128>(dm, scale, perm, dq, ws, stream);
+        return bf16 ? postprocess_typed<__nv_bfloat16, 64>(dm, scale, perm, dq_direct, dq, ws, stream)
+                    : postprocess_typed<__half, 64>(dm, scale, perm, dq_direct, dq, ws, stream);
+    return bf16 ? postprocess_typed<__nv_bfloat16, 128>(dm, scale, perm, dq_direct, dq, ws, stream)
+                : postprocess_typed<__half, 128>(dm, scale, perm, dq_direct, dq, ws, stream);
 }

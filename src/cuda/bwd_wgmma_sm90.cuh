@@ -124,8 +124,10 @@ __device__ __forceinline__ void wg_load_row_tile(const bwd_params &p, uint32_t s
 // panels each, lse_log2 / Dlt as two bulk copies -- completing on the buffer's mbarrier, instead
 // of every thread issuing ~20 cp.async and their address math per entry (those cost ~11 % of
 // version 4: bench/results/bwd128-ablation-2026-11-29.txt). Its dQ goes out as TMA reduce-adds
-// too (see the dQ step).
-template <int D>
+// too (see the dQ step). ARRIVE = false: the bytes are announced without the arrive, which the
+// caller makes once it has written what else the entry's consumers read (version 10's
+// per-entry dQ flag).
+template <int D, bool ARRIVE = true>
 __device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0, int buf,
                                                 int64_t b, int64_t h, int64_t m) {
     using L = wg_smem<D>;
@@ -133,7 +135,10 @@ __device__ __forceinline__ void wg_tma_row_tile(const bwd_params &p, uint32_t s0
     constexpr uint32_t PANEL_BYTES = BM * PANEL_ROW_BYTES;   // 64 columns of it
     constexpr uint32_t ROW_BYTES = BM * sizeof(float);       // lse_log2 or Dlt of the tile
     const uint32_t bar = s0 + L::BARS + 8 * buf;
-    mbarrier_arrive_expect_tx(bar, 2 * TILE_BYTES + 2 * ROW_BYTES);
+    if (ARRIVE)
+        mbarrier_arrive_expect_tx(bar, 2 * TILE_BYTES + 2 * ROW_BYTES);
+    else
+        mbarrier_expect_tx(bar, 2 * TILE_BYTES + 2 * ROW_BYTES);
     const int row0 = (int)(m * BM);
 #pragma unroll
     for (int panel = 0; panel < D / PANEL_COLS; ++panel) {

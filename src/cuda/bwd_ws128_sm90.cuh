@@ -64,6 +64,13 @@ struct ws_bars {
     static constexpr uint32_t BYTES = COLS + 32;
 };
 static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room for the mbarriers");
+// Version 10's per-entry dQ flags (bwd_params::dq_direct), after the mbarriers: int [4], entry gi
+// in slot gi & 3, written by the producer before its FULL arrive and read by the consumers when
+// they stage that entry's dQ -- after their EMPTY arrive for it, so two slots would let the
+// producer rewrite one for entry gi + 2 first; with four it waits for entry gi + 2's EMPTY.
+constexpr uint32_t WS_DQ_FLAGS = ws_bars::BYTES;
+static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_DQ_FLAGS + 4 * sizeof(int),
+              "room for the dQ flags");
 static_assert(wg_smem<128>::BARS % 16 == 0, "TMA writes the column records 16-byte aligned");
 
 // TMA of a column's K and V tiles (keys key0.., kv head g, batch b; zero past Sk) into the BN-row
@@ -194,6 +201,21 @@ __device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N
     }
 }
 
+// A row tile's only entry's dQ in 16-bit (bwd_params::dq_direct), staged by ws_stage_dkv in the
+// entry's staging buffer sbuf as two 64-column panels of BM rows, warpgroup wg's at wg x
+// WS_DQ16_PANEL_BYTES; the reducer stores them to dq rows m BM.. of q head h with two TMA stores
+// (rows past Sq are skipped).
+constexpr uint32_t WS_DQ16_PANEL_BYTES = BM * PANEL_ROW_BYTES;
+static_assert(2 * WS_DQ16_PANEL_BYTES <= WARPS * DQ_WARP_BYTES, "inside one staging buffer");
+__device__ __forceinline__ void ws_store_dq16(const bwd_params &p, uint32_t sbuf, int h, int m,
+                                              int b) {
+#pragma unroll
+    for (int panel = 0; panel < 2; ++panel)
+        tma_store_4d(&p.tm_dq16, sbuf + panel * WS_DQ16_PANEL_BYTES, panel * PANEL_COLS, m * BM, h,
+                     b);
+    bulk_commit_group();
+}
+
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`, `timeline64`): SM clock stamps of
 // one CTA's first TL_ITERS entries, lane 0 of consumer warps 0 and 4 (row 0, 1) and the reducer
 // (row 2), in this kernel and in bwd_ws64_sm90.cuh (its points: the BL_TLC calls there; it
@@ -274,6 +296,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const int tiles_m = (int)dm.tiles_m;
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
+    volatile int *s_dq_flags = reinterpret_cast<volatile int *>(smem_base + L::BARS + WS_DQ_FLAGS);
 
     if (threadIdx.x == 0) ws_init_bars(bars, 2);
     __syncthreads();
@@ -294,18 +317,41 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
                 BL_TLCOL(true, 1, 1, 0);
+                // p.dq_direct: each entry's flag (WS_DQ_FLAGS), from its row tile's entry count
+                // loaded an entry ahead (the first at the column's start), published by the FULL
+                // arrive, which therefore comes after the TMA issues (and for a column's first
+                // entry after its K / V's), so that the count's latency passes under them; the
+                // next entry's count is loaded after the arrive (its address waits for a list
+                // read, which would hold the arrive back where the row tile lands from L2).
+                const bool direct = WITH_DQ && p.dq_direct;
+                // row tile (b, q head g * group + e / tiles_m, e % tiles_m) of list entry e
+                const int64_t tile0 = (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m;
+                uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
+                if (direct && cl.count > 0)
+                    next_writers = bl_bwd_tile_writer_runs(p.dq_writers, tile0 + cl.list[0]);
                 for (int it = 0; it < cl.count; ++it, ++gi) {
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
                     if (it == 0) BL_TLCOL(true, 1, 2, 0);
                     const int e = cl.list[it];
-                    wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m, e % tiles_m);
+                    const uint4 writers = next_writers;
+                    if (WITH_DQ)
+                        wg_tma_row_tile<D, false>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m,
+                                                  e % tiles_m);
+                    else
+                        wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m, e % tiles_m);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
                         BL_TLCOL(true, 1, 3, 0);
                         ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
                                           cl.n * BN);
                         ++kc;
+                    }
+                    if (WITH_DQ) {
+                        s_dq_flags[gi & 3] = direct && bl_bwd_tile_writers(writers) == 1;
+                        mbarrier_arrive(bars + ws_bars::FULL + 8 * buf);
+                        if (direct && it + 1 < cl.count)
+                            next_writers = bl_bwd_tile_writer_runs(p.dq_writers, tile0 + cl.list[it + 1]);
                     }
                 }
             }
@@ -329,22 +375,28 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const int buf = gj & 1;
                     const int e = cl.list[it];
                     const int h = (int)(cl.g * dm.group) + e / tiles_m, m = e % tiles_m;
-                    // A row tile's only entry stores its dQ: no read of the zeros.
+                    // A row tile's only entry stores its dQ: no read of the zeros; with
+                    // p.dq_direct, in 16-bit straight to dq (the consumers staged it so).
                     const bool store = bl_bwd_tile_writers(next_writers) == 1;
                     if (p.dq_writers != nullptr && it + 1 < cl.count)
                         next_writers = writers(it + 1);
                     BL_TL(2, 0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TL(2, 1);
+                    if (store && p.dq_direct) {
+                        ws_store_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
+                                      (int)cl.b);
+                    } else {
 #pragma unroll 1
-                    for (int w = 0; w < WARPS; ++w) {
-                        const uint32_t sdq =
-                            s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES;
-                        const int col0 = 64 * (w >> 2), row = m * BM + 16 * (w & 3);
-                        if (store)
-                            dq_block_reduce<true>(p, sdq, col0, h, row, (int)cl.b);
-                        else
-                            dq_block_reduce(p, sdq, col0, h, row, (int)cl.b);
+                        for (int w = 0; w < WARPS; ++w) {
+                            const uint32_t sdq =
+                                s0 + L::DQS + (uint32_t)(buf * WARPS + w) * DQ_WARP_BYTES;
+                            const int col0 = 64 * (w >> 2), row = m * BM + 16 * (w & 3);
+                            if (store)
+                                dq_block_reduce<true>(p, sdq, col0, h, row, (int)cl.b);
+                            else
+                                dq_block_reduce(p, sdq, col0, h, row, (int)cl.b);
+                        }
                     }
                     BL_TL(2, 2);
                     // The staging may be rewritten once the copy engine has read it.
@@ -595,6 +647,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // the producer's next TMA writes there in the order compute-sanitizer racecheck checks
                 // (one arrive per warp after a __syncwarp is reported as a WAR hazard).
                 mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
+                // This entry's dQ flag (slot gi & 3 is rewritten only after entry gi + 2's EMPTY),
+                // read here so that its latency passes under the next S^T's issue.
+                const bool dq16 = s_dq_flags[gi & 3];
                 BL_TLC(8);
                 m_next = e_ahead % tiles_m;
                 e_ahead = e_ahead2;
@@ -615,7 +670,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf,
                               ((uint32_t)((gi >> 1) ^ k) & 1u) ^ 1u);
                 BL_TLC(10);
-                dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
+                if (dq16)  // 16-bit, straight to dq (bwd_params::dq_direct)
+                    ws_stage_dkv<T, 32, BM>(s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES +
+                                                (uint32_t)wg * WS_DQ16_PANEL_BYTES,
+                                            dq, p.scale, warp & 3, lane);
+                else
+                    dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
                 BL_TLC(11);
             }
             // the last entry's staged dQ

@@ -153,6 +153,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
+// Announces `bytes` more bytes for the current phase without arriving: the caller arrives later
+// (mbarrier_arrive), after whatever else the phase must publish.
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
 // Blocks until the phase with parity `parity` of the barrier has completed. On a freshly
 // initialised barrier, parity 1 counts as completed (the phase "before" the first one).
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
