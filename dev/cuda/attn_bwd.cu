@@ -486,7 +486,9 @@ static int run_case(const Case &c) {
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
         pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
-               : !bl_bwd_rows80_chosen(tot, c.causal) ? " [64 rows]"
+               : !bl_bwd_rows80_chosen(tot, c.causal)
+                   ? (bl_bwd_dq_direct_chosen(tot, bl_bwd_make_dims(&desc)) ? " [64 rows, direct dQ]"
+                                                                            : " [64 rows]")
                : !bl_bwd_packed_chosen(tot, c.causal) ? " [80 rows]"
                                              : " [80 rows, packed]";
         // A mask that keeps every tile (every tile a causal mask allows: the row tiles from
@@ -940,6 +942,9 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 1.0, 0, 0, 0});  // causal, every tile: dense
         // version 10 storing row tiles of one entry, row tiles nobody keeps
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
+        // ... with ~10 entries per row tile: version 10 without its direct dQ (its DIRECT form
+        // only up to BL_DQ_DIRECT_MAX_ENTRIES), tiles of one entry adding into the zeros
+        cases.push_back({1, 512, 8192, 2, 1, 128, 0, BF, 1, 0.15, 0, 0, 0, 0, kPickRows64});
         // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
         // ceil(4 c / 5) x 76 < 64 c whatever the rounding
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
@@ -1029,6 +1034,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 640, 128 * 20, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
         // ... and Tn = 130: nine lists CTAs, nine bytes of each row tile's count
         cases.push_back({1, 320, 128 * 130, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
+        // ~10 entries per row tile: version 10 without its direct dQ (bl_bwd_dq_direct_chosen)
+        cases.push_back({1, 512, 8192, 2, 1, 128, 0, FP, 1, 0.15, 0, 1, 0, 0, kPickRows64});
         // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
         // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal
         // (80 rows), selected. (They checked dev/cuda/wip/bwd-lazy-dq-zero.patch, whose zeroing

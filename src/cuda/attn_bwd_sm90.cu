@@ -101,13 +101,22 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
             const size_t smem = WS_SMEM_BYTES;
             auto kernel = without_dq ? bwd_ws128_kernel<T, false> : bwd_ws128_kernel<T, true>;
-            BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)smem));
             // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB).
             int sms = 0;
             BL_TRY(bl_sm_count(&sms));
             const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
             const int64_t grid = num_cols < ctas ? num_cols : ctas;
+            // With p.dq_direct the DIRECT form first: the device picks one of the two, the
+            // other returns at once (bl_bwd_dq_direct_chosen).
+            if (p.dq_direct && !without_dq) {
+                auto direct = bwd_ws128_kernel<T, true, true>;
+                BL_CUDA_CHECK(cudaFuncSetAttribute(
+                    direct, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                direct<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
+                BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel (direct dQ)");
+            }
+            BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem));
             kernel<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
             BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel");
             *dq_cols_permuted = true;

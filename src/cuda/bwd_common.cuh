@@ -138,6 +138,20 @@ __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *
                                           : totals[1] * BL_R80_ENTRY_COST;
     return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }
+// Whether version 10 writes the dQ of a row tile's only entry itself (bwd_params::dq_direct, its
+// DIRECT form): where the call's 64-row entries average at most BL_DQ_DIRECT_MAX_ENTRIES per row
+// tile. The gain goes with the tiles of one entry (at an average of c per tile, a share e^-c of
+// the entries with a random mask), the DIRECT form's cost with all entries. Measured: 16k x 16 x
+// 128 1 % kept (c ~1) -14 % of the call, 32k x 24 causal 3 % (c ~3.8) -1.7 %, 10 % (c ~13)
+// +1.4 %, 16k causal 25 % (c ~16) +3.7 % (bench/results/bwd-s52-dq-direct.txt); 6 lies between
+// the gain at 3.8 and the loss at 13, not measured itself.
+constexpr unsigned long long BL_DQ_DIRECT_MAX_ENTRIES = 6;
+__host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long *totals,
+                                                        const bl_bwd_dims &dm) {
+    const unsigned long long row_tiles =
+        (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
+    return totals[0] <= BL_DQ_DIRECT_MAX_ENTRIES * row_tiles;
+}
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals,

@@ -404,6 +404,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     const int part = (int)(blockIdx.x % PP_TILE_PARTS);
     const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
     const int64_t r64_blocks = dm.batch * dm.heads_q * dm.tiles_m;
+    // whether version 10 ran in its DIRECT form (bwd_ws128_kernel)
+    dq_direct = dq_direct && bl_bwd_dq_direct_chosen(totals, dm);
     if (CAUSAL) {
         if (!bl_bwd_rows80_chosen(totals, true)) {
             if (blk < r80_blocks)

@@ -265,15 +265,24 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
 // WITH_DQ = false: dK and dV only (no dS staging, no dQ product, no reduce-adds), for calls
 // whose dQ the dq-rows kernel computes (bwd_dqrows_sm90.cuh); the staging ring then carries only
 // each column's dK / dV, at positions 2k, 2k + 1.
-template <typename T, bool WITH_DQ = true>
+// DIRECT: a row tile's only entry writes its dQ to dq itself (bwd_params::dq_direct), for the
+// masked calls bl_bwd_dq_direct_chosen picks. Its own instantiation, because the branch it
+// puts in the consumers' entry loop (16-bit or fp32 staging) moves that loop's schedule: +1.3..
+// 1.6 % on 32k x 24 causal calls at 10 % kept and +3.7 % at 16k causal 25 %, where few tiles
+// have one entry (bench/results/bwd-s52-dq-direct.txt). DIRECT = false is the kernel as before.
+template <typename T, bool WITH_DQ = true, bool DIRECT = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
+    static_assert(WITH_DQ || !DIRECT, "the direct dQ needs the dQ");
     // A masked call may launch this kernel and then the 80-row one (bwd_ws128r80_sm90.cuh) as
     // its programmatic dependent, released at once (its CTAs take an SM only as this kernel's
     // leave it, and wait for this grid to complete); the one the entry totals do not pick
-    // returns before anything else.
+    // returns before anything else. With p.dq_direct both forms are launched, DIRECT first,
+    // and the one bl_bwd_dq_direct_chosen does not pick returns too.
+    if (DIRECT && p.totals == nullptr) return;
     if (p.totals != nullptr) {
         griddep_launch_dependents();
         if (bl_bwd_rows80_chosen(p.totals, p.causal != 0)) return;
+        if (DIRECT != (p.dq_direct && bl_bwd_dq_direct_chosen(p.totals, p.dm))) return;
     }
     constexpr int D = 128;
     using L = wg_smem<D>;
@@ -323,7 +332,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // entry after its K / V's), so that the count's latency passes under them; the
                 // next entry's count is loaded after the arrive (its address waits for a list
                 // read, which would hold the arrive back where the row tile lands from L2).
-                const bool direct = WITH_DQ && p.dq_direct;
+                constexpr bool direct = DIRECT;
                 // row tile (b, q head g * group + e / tiles_m, e % tiles_m) of list entry e
                 const int64_t tile0 = (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m;
                 uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
@@ -335,7 +344,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     if (it == 0) BL_TLCOL(true, 1, 2, 0);
                     const int e = cl.list[it];
                     const uint4 writers = next_writers;
-                    if (WITH_DQ)
+                    if (direct)
                         wg_tma_row_tile<D, false>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m,
                                                   e % tiles_m);
                     else
@@ -347,10 +356,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                                           cl.n * BN);
                         ++kc;
                     }
-                    if (WITH_DQ) {
-                        s_dq_flags[gi & 3] = direct && bl_bwd_tile_writers(writers) == 1;
+                    if (direct) {
+                        s_dq_flags[gi & 3] = bl_bwd_tile_writers(writers) == 1;
                         mbarrier_arrive(bars + ws_bars::FULL + 8 * buf);
-                        if (direct && it + 1 < cl.count)
+                        if (it + 1 < cl.count)
                             next_writers = bl_bwd_tile_writer_runs(p.dq_writers, tile0 + cl.list[it + 1]);
                     }
                 }
@@ -383,7 +392,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     BL_TL(2, 0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TL(2, 1);
-                    if (store && p.dq_direct) {
+                    if (DIRECT && store) {
                         ws_store_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
                                       (int)cl.b);
                     } else {
@@ -649,7 +658,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
                 // This entry's dQ flag (slot gi & 3 is rewritten only after entry gi + 2's EMPTY),
                 // read here so that its latency passes under the next S^T's issue.
-                const bool dq16 = s_dq_flags[gi & 3];
+                const bool dq16 = DIRECT && s_dq_flags[gi & 3];
                 BL_TLC(8);
                 m_next = e_ahead % tiles_m;
                 e_ahead = e_ahead2;
