@@ -326,17 +326,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
                 BL_TLCOL(true, 1, 1, 0);
-                // p.dq_direct: each entry's flag (WS_DQ_FLAGS), from its row tile's entry count
+                // DIRECT: each entry's flag (WS_DQ_FLAGS), from its row tile's entry count
                 // loaded an entry ahead (the first at the column's start), published by the FULL
                 // arrive, which therefore comes after the TMA issues (and for a column's first
                 // entry after its K / V's), so that the count's latency passes under them; the
                 // next entry's count is loaded after the arrive (its address waits for a list
                 // read, which would hold the arrive back where the row tile lands from L2).
-                constexpr bool direct = DIRECT;
                 // row tile (b, q head g * group + e / tiles_m, e % tiles_m) of list entry e
                 const int64_t tile0 = (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m;
                 uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
-                if (direct && cl.count > 0)
+                if (DIRECT && cl.count > 0)
                     next_writers = bl_bwd_tile_writer_runs(p.dq_writers, tile0 + cl.list[0]);
                 for (int it = 0; it < cl.count; ++it, ++gi) {
                     const int buf = gi & 1;
@@ -344,7 +343,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     if (it == 0) BL_TLCOL(true, 1, 2, 0);
                     const int e = cl.list[it];
                     const uint4 writers = next_writers;
-                    if (direct)
+                    if (DIRECT)
                         wg_tma_row_tile<D, false>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m,
                                                   e % tiles_m);
                     else
@@ -356,7 +355,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                                           cl.n * BN);
                         ++kc;
                     }
-                    if (direct) {
+                    if (DIRECT) {
                         s_dq_flags[gi & 3] = bl_bwd_tile_writers(writers) == 1;
                         mbarrier_arrive(bars + ws_bars::FULL + 8 * buf);
                         if (it + 1 < cl.count)
@@ -384,8 +383,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const int buf = gj & 1;
                     const int e = cl.list[it];
                     const int h = (int)(cl.g * dm.group) + e / tiles_m, m = e % tiles_m;
-                    // A row tile's only entry stores its dQ: no read of the zeros; with
-                    // p.dq_direct, in 16-bit straight to dq (the consumers staged it so).
+                    // A row tile's only entry stores its dQ: no read of the zeros; in the
+                    // DIRECT form in 16-bit straight to dq (the consumers staged it so).
                     const bool store = bl_bwd_tile_writers(next_writers) == 1;
                     if (p.dq_writers != nullptr && it + 1 < cl.count)
                         next_writers = writers(it + 1);
@@ -679,7 +678,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf,
                               ((uint32_t)((gi >> 1) ^ k) & 1u) ^ 1u);
                 BL_TLC(10);
-                if (dq16)  // 16-bit, straight to dq (bwd_params::dq_direct)
+                if (dq16)  // 16-bit, straight to dq (the DIRECT form)
                     ws_stage_dkv<T, 32, BM>(s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES +
                                                 (uint32_t)wg * WS_DQ16_PANEL_BYTES,
                                             dq, p.scale, warp & 3, lane);
