@@ -943,7 +943,8 @@ int main(int argc, char **argv) {
         // version 10 storing row tiles of one entry, row tiles nobody keeps
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
         // ... with ~10 entries per row tile: version 10 without its direct dQ (its DIRECT form
-        // only up to BL_DQ_DIRECT_MAX_ENTRIES), tiles of one entry adding into the zeros
+        // only up to 4.5 entries a row tile, bl_bwd_dq_direct_chosen), tiles of one entry adding
+        // into the zeros
         cases.push_back({1, 512, 8192, 2, 1, 128, 0, BF, 1, 0.15, 0, 0, 0, 0, kPickRows64});
         // packed 80-row entries: ~85 kept 64-row tiles a column (4 heads of 25), so that
         // ceil(4 c / 5) x 76 < 64 c whatever the rounding

@@ -139,18 +139,19 @@ __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *
     return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }
 // Whether version 10 writes the dQ of a row tile's only entry itself (bwd_params::dq_direct, its
-// DIRECT form): where the call's 64-row entries average at most BL_DQ_DIRECT_MAX_ENTRIES per row
-// tile. The gain goes with the tiles of one entry (at an average of c per tile, a share e^-c of
-// the entries with a random mask), the DIRECT form's cost with all entries. Measured: 16k x 16 x
-// 128 1 % kept (c ~1) -14 % of the call, 32k x 24 causal 3 % (c ~3.8) -1.7 %, 10 % (c ~13)
-// +1.4 %, 16k causal 25 % (c ~16) +3.7 % (bench/results/bwd-s52-dq-direct.txt); 6 lies between
-// the gain at 3.8 and the loss at 13, not measured itself.
-constexpr unsigned long long BL_DQ_DIRECT_MAX_ENTRIES = 6;
+// DIRECT form): where the call's 64-row entries average at most 4.5 per row tile (in integers:
+// 2 x entries <= 9 x row tiles). The gain goes with the tiles of one entry (at an average of c
+// per tile, a share e^-c of the entries with a random mask), the DIRECT form's cost with all
+// entries. Measured (bench/results/bwd-s53-direct-threshold.txt, timelines of both forms on the
+// bench's random masks): 32k x 24 causal c 4.03 -8 us (1433 against 1441), c 5.02 +7 us, c 6.53
+// +24 us, c 13.1 +83 us; 16k x 16 x 128 c 1 -38 us, c 4 (no tile of one entry) level, c 6 +8 us.
+// 4.5 is where the two causal readings either side of it would cross.
+constexpr unsigned long long BL_DQ_DIRECT_MAX_ENTRIES_X2 = 9;  // 2 x 4.5
 __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long *totals,
                                                         const bl_bwd_dims &dm) {
     const unsigned long long row_tiles =
         (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
-    return totals[0] <= BL_DQ_DIRECT_MAX_ENTRIES * row_tiles;
+    return 2 * totals[0] <= BL_DQ_DIRECT_MAX_ENTRIES_X2 * row_tiles;
 }
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
