@@ -270,6 +270,11 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
 // puts in the consumers' entry loop (16-bit or fp32 staging) moves that loop's schedule: +1.3..
 // 1.6 % on 32k x 24 causal calls at 10 % kept and +3.7 % at 16k causal 25 %, where few tiles
 // have one entry (bench/results/bwd-s52-dq-direct.txt). DIRECT = false is the kernel as before.
+// Inside the DIRECT form the producer's and the reducer's tests still read p.dq_direct (always
+// set where this form runs), as in its first, single-instantiation build: with them folded to
+// constants ptxas scheduled the entry loop worse (967 instructions against 942), the kernel 5 us
+// slower at 16k x 16 x 128 1 % kept and 20 us at 32k x 24 causal 3 %
+// (bench/results/bwd-s53-direct-threshold.txt, run 3).
 template <typename T, bool WITH_DQ = true, bool DIRECT = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
     static_assert(WITH_DQ || !DIRECT, "the direct dQ needs the dQ");
@@ -334,8 +339,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // read, which would hold the arrive back where the row tile lands from L2).
                 // row tile (b, q head g * group + e / tiles_m, e % tiles_m) of list entry e
                 const int64_t tile0 = (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m;
+                const bool direct = DIRECT && p.dq_direct;  // a run-time test: the kernel's comment
                 uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
-                if (DIRECT && cl.count > 0)
+                if (direct && cl.count > 0)
                     next_writers = bl_bwd_tile_writer_runs(p.dq_writers, tile0 + cl.list[0]);
                 for (int it = 0; it < cl.count; ++it, ++gi) {
                     const int buf = gi & 1;
@@ -356,9 +362,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                         ++kc;
                     }
                     if (DIRECT) {
-                        s_dq_flags[gi & 3] = bl_bwd_tile_writers(writers) == 1;
+                        s_dq_flags[gi & 3] = direct && bl_bwd_tile_writers(writers) == 1;
                         mbarrier_arrive(bars + ws_bars::FULL + 8 * buf);
-                        if (it + 1 < cl.count)
+                        if (direct && it + 1 < cl.count)
                             next_writers = bl_bwd_tile_writer_runs(p.dq_writers, tile0 + cl.list[it + 1]);
                     }
                 }
@@ -391,7 +397,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     BL_TL(2, 0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TL(2, 1);
-                    if (DIRECT && store) {
+                    if (DIRECT && store && p.dq_direct) {
                         ws_store_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
                                       (int)cl.b);
                     } else {
