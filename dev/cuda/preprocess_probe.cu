@@ -63,48 +63,78 @@ struct dims {
     int B, S, H, D, Spad, tiles_m;
 };
 
+// The Dlt part every thread-based form shares: thread tid takes 8 columns (`part`) of row
+// (b, h, i), rows i fastest (as the shipped kernel walks them), its out / dO vector read at `at`.
+struct dlt_thread {
+    int64_t b, h, i, at;
+    int part;
+    bool live;  // a row of the padded grid (the whole warp still shuffles)
+};
+template <int D>
+__device__ __forceinline__ dlt_thread dlt_thread_of(const dims &dm, int64_t tid) {
+    constexpr int TPR = D / 8;
+    dlt_thread t;
+    const int64_t row = tid / TPR;
+    t.part = (int)(tid % TPR);
+    t.live = row < (int64_t)dm.B * dm.Spad * dm.H;
+    t.i = row % dm.Spad, t.h = (row / dm.Spad) % dm.H, t.b = row / ((int64_t)dm.H * dm.Spad);
+    t.at = ((t.b * dm.S + t.i) * dm.H + t.h) * D + t.part * 8;
+    return t;
+}
+// Sum of the products of 8 16-bit elements (bf16) of two 16-byte vectors.
+__device__ __forceinline__ float dot8(uint4 o, uint4 g) {
+    const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o);
+    const __nv_bfloat162 *g2 = reinterpret_cast<const __nv_bfloat162 *>(&g);
+    float dot = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float2 a = __bfloat1622float2(o2[e]), c = __bfloat1622float2(g2[e]);
+        dot += a.x * c.x + a.y * c.y;
+    }
+    return dot;
+}
+template <int D>
+__device__ __forceinline__ float dlt_thread_dot(const dims &dm, const dlt_thread &t, const uint16_t *out,
+                                                const uint16_t *dout) {
+    if (!t.live || t.i >= dm.S) return 0.f;
+    return dot8(*reinterpret_cast<const uint4 *>(out + t.at), *reinterpret_cast<const uint4 *>(dout + t.at));
+}
+// Row (b, h, i)'s Dlt and lse in base 2 (rows past S: 0 and +inf, as the library writes them).
+__device__ __forceinline__ void dlt_write(const dims &dm, int64_t b, int64_t h, int64_t i, float dot,
+                                          const float *lse, float *dlt, float *lse_log2) {
+    const int64_t at = (b * dm.H + h) * dm.Spad + i;
+    float l2 = INFINITY;
+    if (i < dm.S) {
+        const float l = lse[(b * dm.H + h) * dm.S + i];
+        if (l != -INFINITY) l2 = l * LOG2E;
+    }
+    dlt[at] = i < dm.S ? dot : 0.f;
+    lse_log2[at] = l2;
+}
+// The row's sum over its D / 8 threads, written by the first.
+template <int D>
+__device__ __forceinline__ void dlt_thread_finish(const dims &dm, const dlt_thread &t, float dot,
+                                                  const float *lse, float *dlt, float *lse_log2) {
+#pragma unroll
+    for (int off = D / 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    if (t.live && t.part == 0) dlt_write(dm, t.b, t.h, t.i, dot, lse, dlt, lse_log2);
+}
+__device__ __forceinline__ void zero8(float *p) {
+    float4 *acc = reinterpret_cast<float4 *>(p);
+    acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 // ---- the shipped form (replica): one 16-byte vector per thread, rows (b, h, i) i fastest ----
 template <int D, bool ZERO>
 __global__ void __launch_bounds__(256) onepass_kernel(dims dm, const uint16_t *out, const uint16_t *dout,
                                                       const float *lse, float *dlt, float *lse_log2,
                                                       float *accum, int64_t zero_floats) {
-    constexpr int TPR = D / 8;
     const int64_t tid = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    const int64_t row = tid / TPR;
-    const int part = (int)(tid % TPR);
-    const int64_t rows = (int64_t)dm.B * dm.Spad * dm.H;
-    const bool live = row < rows;
-    const int64_t i = row % dm.Spad, h = (row / dm.Spad) % dm.H, b = row / ((int64_t)dm.H * dm.Spad);
-    float dot = 0.f;
-    if (live && i < dm.S) {
-        const int64_t at = ((b * dm.S + i) * dm.H + h) * D + part * 8;
-        uint4 o = *reinterpret_cast<const uint4 *>(out + at);
-        uint4 g = *reinterpret_cast<const uint4 *>(dout + at);
-        const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o);
-        const __nv_bfloat162 *g2 = reinterpret_cast<const __nv_bfloat162 *>(&g);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 a = __bfloat1622float2(o2[e]), c = __bfloat1622float2(g2[e]);
-            dot += a.x * c.x + a.y * c.y;
-        }
-    }
-    if (ZERO && tid * 8 < zero_floats) {
-        float4 *acc = reinterpret_cast<float4 *>(accum + tid * 8);
-        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (live && part == 0) {
-        const int64_t at = (b * dm.H + h) * dm.Spad + i;
-        float l2 = INFINITY;
-        if (i < dm.S) {
-            const float l = lse[(b * dm.H + h) * dm.S + i];
-            if (l != -INFINITY) l2 = l * LOG2E;
-        }
-        dlt[at] = i < dm.S ? dot : 0.f;
-        lse_log2[at] = l2;
-    }
+    const dlt_thread t = dlt_thread_of<D>(dm, tid);
+    const float dot = dlt_thread_dot<D>(dm, t, out, dout);
+    if (ZERO && tid * 8 < zero_floats) zero8(accum + tid * 8);
+    dlt_thread_finish<D>(dm, t, dot, lse, dlt, lse_log2);
 }
 
 // ---- the shipped form, zeros written at the thread's own Dlt row, skipped where not needed ----
@@ -119,20 +149,14 @@ __global__ void __launch_bounds__(256) onepass_skip_kernel(dims dm, const uint16
                                                            float *accum, const unsigned long long *ready,
                                                            unsigned long long expect,
                                                            const uint4 *writers, unsigned late_from) {
-    constexpr int TPR = D / 8;
     const int64_t tid = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    const int64_t row = tid / TPR;
-    const int part = (int)(tid % TPR);
-    const int64_t rows = (int64_t)dm.B * dm.Spad * dm.H;
-    const bool live = row < rows;
-    const int64_t i = row % dm.Spad, h = (row / dm.Spad) % dm.H, b = row / ((int64_t)dm.H * dm.Spad);
-    float dot = 0.f;
+    const dlt_thread t = dlt_thread_of<D>(dm, tid);
     bool need = true;
     // MODE 2: the zeros in thread order (as onepass), their tile from 32-bit index arithmetic
     const uint32_t zrow = (uint32_t)(tid * 8 / D), zh = zrow % (uint32_t)dm.H;
     const uint32_t zi = (zrow / (uint32_t)dm.H) % (uint32_t)dm.S, zb = zrow / ((uint32_t)dm.H * dm.S);
     const int64_t tile = MODE == 2 ? ((int64_t)zb * dm.H + zh) * dm.tiles_m + zi / TILE_ROWS
-                                   : (b * dm.H + h) * dm.tiles_m + i / TILE_ROWS;
+                                   : (t.b * dm.H + t.h) * dm.tiles_m + t.i / TILE_ROWS;
     if (MODE >= 1 && blockIdx.x >= late_from) {
         unsigned long long r;
         asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(r) : "l"(ready) : "memory");
@@ -143,40 +167,10 @@ __global__ void __launch_bounds__(256) onepass_skip_kernel(dims dm, const uint16
             need = n >= 2;
         }
     }
-    if (live && i < dm.S) {
-        const int64_t at = ((b * dm.S + i) * dm.H + h) * D + part * 8;
-        uint4 o = *reinterpret_cast<const uint4 *>(out + at);
-        uint4 g = *reinterpret_cast<const uint4 *>(dout + at);
-        const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o);
-        const __nv_bfloat162 *g2 = reinterpret_cast<const __nv_bfloat162 *>(&g);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 a = __bfloat1622float2(o2[e]), c = __bfloat1622float2(g2[e]);
-            dot += a.x * c.x + a.y * c.y;
-        }
-        if (MODE < 2 && need) {
-            float4 *acc = reinterpret_cast<float4 *>(accum + at);
-            acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-            acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-    }
-    if (MODE == 2 && need && zrow < (uint32_t)dm.B * dm.S * dm.H) {
-        float4 *acc = reinterpret_cast<float4 *>(accum + tid * 8);
-        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (live && part == 0) {
-        const int64_t at = (b * dm.H + h) * dm.Spad + i;
-        float l2 = INFINITY;
-        if (i < dm.S) {
-            const float l = lse[(b * dm.H + h) * dm.S + i];
-            if (l != -INFINITY) l2 = l * LOG2E;
-        }
-        dlt[at] = i < dm.S ? dot : 0.f;
-        lse_log2[at] = l2;
-    }
+    const float dot = dlt_thread_dot<D>(dm, t, out, dout);
+    if (MODE < 2 && need && t.live && t.i < dm.S) zero8(accum + t.at);
+    if (MODE == 2 && need && zrow < (uint32_t)dm.B * dm.S * dm.H) zero8(accum + tid * 8);
+    dlt_thread_finish<D>(dm, t, dot, lse, dlt, lse_log2);
 }
 
 // ---- the TMA form: one CTA per SM walks row tiles (b, h, m) through an NS-stage ring ----
@@ -266,31 +260,15 @@ bulk_kernel(const __grid_constant__ CUtensorMap tm_o, const __grid_constant__ CU
         for (int j = 0; j < CHUNKS; ++j) {
             const int c = half * CHUNKS + j, p = c / 8, cc = c % 8;
             const int off = p * TILE_ROWS * PANEL_BYTES + row * PANEL_BYTES + ((cc ^ (row & 7)) * 16);
-            const uint4 o = *reinterpret_cast<const uint4 *>(st + off);
-            const uint4 g = *reinterpret_cast<const uint4 *>(st + ARRAY_BYTES + off);
-            const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o);
-            const __nv_bfloat162 *g2 = reinterpret_cast<const __nv_bfloat162 *>(&g);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 a = __bfloat1622float2(o2[e]), b2 = __bfloat1622float2(g2[e]);
-                dot += a.x * b2.x + a.y * b2.y;
-            }
+            dot += dot8(*reinterpret_cast<const uint4 *>(st + off),
+                        *reinterpret_cast<const uint4 *>(st + ARRAY_BYTES + off));
         }
         __syncwarp();
         if (lane == 0) mbarrier_arrive(smem_u32(&empty[s]));
         dot += __shfl_xor_sync(0xffffffffu, dot, 1);
         if (half == 0) {
-            const int m = (int)(t % dm.tiles_m), h = (int)((t / dm.tiles_m) % dm.H);
-            const int b = (int)(t / ((int64_t)dm.tiles_m * dm.H));
-            const int i = m * TILE_ROWS + row;
-            const int64_t at = ((int64_t)b * dm.H + h) * dm.Spad + i;
-            float l2 = INFINITY;
-            if (i < dm.S) {
-                const float l = lse[((int64_t)b * dm.H + h) * dm.S + i];
-                if (l != -INFINITY) l2 = l * LOG2E;
-            }
-            dlt[at] = i < dm.S ? dot : 0.f;
-            lse_log2[at] = l2;
+            const int64_t m = t % dm.tiles_m, h = (t / dm.tiles_m) % dm.H, b = t / ((int64_t)dm.tiles_m * dm.H);
+            dlt_write(dm, b, h, m * TILE_ROWS + row, dot, lse, dlt, lse_log2);
         }
     }
 }
@@ -323,38 +301,9 @@ __global__ void __launch_bounds__(32) zero_first_kernel(float *accum, int64_t ze
 template <int D>
 __global__ void __launch_bounds__(256) dlt_after_zero_kernel(dims dm, const uint16_t *out, const uint16_t *dout,
                                                              const float *lse, float *dlt, float *lse_log2) {
-    constexpr int TPR = D / 8;
     const int64_t tid = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    const int64_t row = tid / TPR;
-    const int part = (int)(tid % TPR);
-    const int64_t rows = (int64_t)dm.B * dm.Spad * dm.H;
-    const bool live = row < rows;
-    const int64_t i = row % dm.Spad, h = (row / dm.Spad) % dm.H, b = row / ((int64_t)dm.H * dm.Spad);
-    float dot = 0.f;
-    if (live && i < dm.S) {
-        const int64_t at = ((b * dm.S + i) * dm.H + h) * D + part * 8;
-        uint4 o = *reinterpret_cast<const uint4 *>(out + at);
-        uint4 g = *reinterpret_cast<const uint4 *>(dout + at);
-        const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o);
-        const __nv_bfloat162 *g2 = reinterpret_cast<const __nv_bfloat162 *>(&g);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 a = __bfloat1622float2(o2[e]), c = __bfloat1622float2(g2[e]);
-            dot += a.x * c.x + a.y * c.y;
-        }
-    }
-#pragma unroll
-    for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (live && part == 0) {
-        const int64_t at = (b * dm.H + h) * dm.Spad + i;
-        float l2 = INFINITY;
-        if (i < dm.S) {
-            const float l = lse[(b * dm.H + h) * dm.S + i];
-            if (l != -INFINITY) l2 = l * LOG2E;
-        }
-        dlt[at] = i < dm.S ? dot : 0.f;
-        lse_log2[at] = l2;
-    }
+    const dlt_thread t = dlt_thread_of<D>(dm, tid);
+    dlt_thread_finish<D>(dm, t, dlt_thread_dot<D>(dm, t, out, dout), lse, dlt, lse_log2);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
