@@ -28,6 +28,10 @@
 //   bulk        Dlt and lse_log2 from 64-row tiles of out / dO loaded by TMA through a 6-stage
 //               mbarrier ring, one CTA per SM
 //   bulk+zN     the same with a warp writing all zeros by bulk stores, starting after N us
+//   onepass:H   the one pass with cache hints H (cs: loads and stores .cs, evict first; l2pf:
+//               loads with the 256-byte L2 prefetch hint; cs+l2pf: both)
+//   convert:H   the dq conversion of version 10's rows (fp32 accumulator -> bf16 dq, 6 bytes an
+//               element), plain and with the same hints
 //
 // Build (repository root):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -I include -I src -I src/cuda \
@@ -37,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -93,11 +98,35 @@ __device__ __forceinline__ float dot8(uint4 o, uint4 g) {
     }
     return dot;
 }
-template <int D>
+// Cache hints of the memory-bound kernels' accesses (the onepass / convert rows "hint"):
+// HINT_NONE plain; HINT_CS streaming (ld / st .cs: evict first); HINT_L2PF loads with the 256-byte
+// L2 prefetch hint (ld.global.L2::256B), plain stores; HINT_CS_L2PF the prefetch hint on loads and
+// streaming stores.
+enum { HINT_NONE = 0, HINT_CS = 1, HINT_L2PF = 2, HINT_CS_L2PF = 3 };
+template <int HINT>
+__device__ __forceinline__ uint4 ld16(const void *p) {
+    if (HINT == HINT_CS) return __ldcs(reinterpret_cast<const uint4 *>(p));
+    if (HINT == HINT_L2PF || HINT == HINT_CS_L2PF) {
+        uint4 v;
+        asm volatile("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+        return v;
+    }
+    return *reinterpret_cast<const uint4 *>(p);
+}
+template <int HINT>
+__device__ __forceinline__ void st16(void *p, uint4 v) {
+    if (HINT == HINT_CS || HINT == HINT_CS_L2PF)
+        __stcs(reinterpret_cast<uint4 *>(p), v);
+    else
+        *reinterpret_cast<uint4 *>(p) = v;
+}
+template <int D, int HINT = HINT_NONE>
 __device__ __forceinline__ float dlt_thread_dot(const dims &dm, const dlt_thread &t, const uint16_t *out,
                                                 const uint16_t *dout) {
     if (!t.live || t.i >= dm.S) return 0.f;
-    return dot8(*reinterpret_cast<const uint4 *>(out + t.at), *reinterpret_cast<const uint4 *>(dout + t.at));
+    return dot8(ld16<HINT>(out + t.at), ld16<HINT>(dout + t.at));
 }
 // Row (b, h, i)'s Dlt and lse in base 2 (rows past S: 0 and +inf, as the library writes them).
 __device__ __forceinline__ void dlt_write(const dims &dm, int64_t b, int64_t h, int64_t i, float dot,
@@ -119,22 +148,42 @@ __device__ __forceinline__ void dlt_thread_finish(const dims &dm, const dlt_thre
     for (int off = D / 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
     if (t.live && t.part == 0) dlt_write(dm, t.b, t.h, t.i, dot, lse, dlt, lse_log2);
 }
+template <int HINT = HINT_NONE>
 __device__ __forceinline__ void zero8(float *p) {
-    float4 *acc = reinterpret_cast<float4 *>(p);
-    acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-    acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    st16<HINT>(p, make_uint4(0, 0, 0, 0));
+    st16<HINT>(p + 4, make_uint4(0, 0, 0, 0));
 }
 
 // ---- the shipped form (replica): one 16-byte vector per thread, rows (b, h, i) i fastest ----
-template <int D, bool ZERO>
+template <int D, bool ZERO, int HINT = HINT_NONE>
 __global__ void __launch_bounds__(256) onepass_kernel(dims dm, const uint16_t *out, const uint16_t *dout,
                                                       const float *lse, float *dlt, float *lse_log2,
                                                       float *accum, int64_t zero_floats) {
     const int64_t tid = (int64_t)blockIdx.x * 256 + threadIdx.x;
     const dlt_thread t = dlt_thread_of<D>(dm, tid);
-    const float dot = dlt_thread_dot<D>(dm, t, out, dout);
-    if (ZERO && tid * 8 < zero_floats) zero8(accum + tid * 8);
+    const float dot = dlt_thread_dot<D, HINT>(dm, t, out, dout);
+    if (ZERO && tid * 8 < zero_floats) zero8<HINT>(accum + tid * 8);
     dlt_thread_finish<D>(dm, t, dot, lse, dlt, lse_log2);
+}
+
+// ---- the dq conversion (version 10's rows: the (B, S, H, D) fp32 accumulator -> bf16 dq) ----
+// One 8-column part per thread in thread order, as the library's postprocess (columns in their
+// natural order here: the probe times bytes, not the permutation).
+template <int D, int HINT>
+__global__ void __launch_bounds__(256) convert_kernel(int64_t n, const float *accum, float scale,
+                                                      uint16_t *dq) {
+    const int64_t tid = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (tid * 8 >= n) return;
+    const uint4 a = ld16<HINT>(accum + tid * 8), b = ld16<HINT>(accum + tid * 8 + 4);
+    const float v[8] = {__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z), __uint_as_float(a.w),
+                        __uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z), __uint_as_float(b.w)};
+    uint32_t o[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * e] * scale, v[2 * e + 1] * scale);
+        o[e] = *reinterpret_cast<const uint32_t *>(&h);
+    }
+    st16<HINT>(dq + tid * 8, make_uint4(o[0], o[1], o[2], o[3]));
 }
 
 // ---- the shipped form, zeros written at the thread's own Dlt row, skipped where not needed ----
@@ -404,6 +453,39 @@ static void run_shape(int B, int S, int H, int reps, int sms) {
         onepass_kernel<D, false><<<(unsigned)pp_blocks, 256>>>(dm, out, dout, lse, dlt, l2, accum, 0);
     }, reps);
     report("onepass0", ms, 0.0);
+    // the one pass and the dq conversion with cache hints (HINT_*)
+    {
+        const char *hint_names[4] = {"", "cs", "l2pf", "cs+l2pf"};
+        auto onepass_hinted = [&](auto hint) {
+            constexpr int HN = decltype(hint)::value;
+            const float t = time_kernel([&] {
+                onepass_kernel<D, true, HN><<<(unsigned)pp_blocks, 256>>>(dm, out, dout, lse, dlt, l2, accum, zero_floats);
+            }, reps);
+            CK(cudaGetLastError());
+            char name[32];
+            snprintf(name, sizeof name, "onepass:%s", hint_names[HN]);
+            report(name, t, 1.0);
+        };
+        onepass_hinted(std::integral_constant<int, HINT_CS>());
+        onepass_hinted(std::integral_constant<int, HINT_L2PF>());
+        onepass_hinted(std::integral_constant<int, HINT_CS_L2PF>());
+        uint16_t *dq;
+        CK(cudaMalloc(&dq, n * 2));
+        auto convert_hinted = [&](auto hint) {
+            constexpr int HN = decltype(hint)::value;
+            const float t = time_kernel([&] {
+                convert_kernel<D, HN><<<(unsigned)((n / 8 + 255) / 256), 256>>>(n, accum, 0.125f, dq);
+            }, reps);
+            CK(cudaGetLastError());
+            printf("%dx%dx%dx%d convert:%-8s %6.1f us  %6.2f TB/s\n", B, S, H, D, HN ? hint_names[HN] : "plain",
+                   t * 1e3, (double)n * 6 / (t * 1e-3) / 1e12);
+        };
+        convert_hinted(std::integral_constant<int, HINT_NONE>());
+        convert_hinted(std::integral_constant<int, HINT_CS>());
+        convert_hinted(std::integral_constant<int, HINT_L2PF>());
+        convert_hinted(std::integral_constant<int, HINT_CS_L2PF>());
+        CK(cudaFree(dq));
+    }
 
     // zeros at the Dlt row (MODE 0), then the ready-word check on the late CTAs (MODE 1)
     {
