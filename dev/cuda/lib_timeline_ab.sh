@@ -4,7 +4,8 @@
 # each built with the release flags, then dev/cuda/bwd_call_timeline.py on each in turn, ROUNDS
 # times per configuration (the builds alternate, so clock drift falls on all). Logs to
 # $OUT/timelines.txt; a summary (per build, round and keep: each kernel's median duration in us,
-# then the call's span) to $OUT/timelines-summary.txt.
+# then the call's span) to $OUT/timelines-summary.txt, and the first kernels' start offsets in
+# each call (dev/cuda/timeline_offsets.py) to $OUT/timelines-offsets.txt.
 # Usage (repository root; carry the other trees, e.g. ["build/tree_base"]):
 #   git archive REV CMakeLists.txt src include | tar -x -C build/tree_base
 #   OUT=$OUT bash dev/cuda/lib_timeline_ab.sh build/tree_base "1,16384,16,128 --causal;1,16384,16,128" \
@@ -52,3 +53,4 @@ awk '/^== [A-Za-z0-9_]+ round/ {lib = $2; rnd = $4; shape = $6 ($7 == "--causal"
      /^  [a-z_: ]*[a-zA-Z]/ && / us  gap/ {printf " %s", $(NF-4)}
      /span median/ {printf " | span %s", $3}
      END {print ""}' "$OUT/timelines.txt" | tee "$OUT/timelines-summary.txt"
+python3 dev/cuda/timeline_offsets.py "$OUT/timelines.txt" > "$OUT/timelines-offsets.txt"
