@@ -397,7 +397,7 @@ extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *ti
 
 // ---- lists: one CTA per (b, kv head g, run of up to LIST_COLS_MAX key tiles) ----
 
-enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32 };
+enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32, LIST_CTAS_PER_SM = 1 };
 // Key tiles per CTA where the column bitmaps allow: 16 fills one wave at 16k x 16 heads; at most
 // 32, one per lane of the ballot transpose.
 constexpr int LIST_COLS = 16, LIST_COLS_MAX = 32;
@@ -426,32 +426,30 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 // counts80 / lists80 (B*Hk*Tn, G*Tm80), unless NULL: the 80-row entries (bwd_common.cuh); their
 // totals are summed by the window schedule kernel. dq_writers (B, Hq, Tm, BL_BWD_WRITER_RUNS),
 // unless NULL: each row tile's entries in this CTA's byte (bl_bwd_workspace::dq_writers).
-// A CTA takes key tiles n0 .. n0 + cols - 1 (cols <= cols_per_cta <= 32) of one (b, kv head g).
+// A unit is key tiles n0 .. n0 + cols - 1 (cols <= cols_per_cta <= 32) of one (b, kv head g);
+// the CTAs walk the units grid-stride, at most LIST_CTAS_PER_SM per SM.
 // Its entries e = hl * Tm + m are the mask rows (b, g * G + hl, m), consecutive in memory.
 // Phase 1: each warp reads 32 entries' rows (lane l: entry 32 k + l, `cols` bytes, one sector)
 // and transposes them by ballots into one word per key tile (bit l: entry 32 k + l kept), kept in
 // shared memory (col_bits: cols_per_cta x stride words). Phase 2: each warp compacts whole key
 // tiles from their words; a kept entry's list position is the popcount of the bits below it.
 // (One CTA per key tile reading its mask column, one byte per row and sector, took 12 / 54 us at
-// 16k x 16 / 32k x 24 against 7 / 27 us for the same kernel without a mask; this one takes 8 / 20
-// and 3 / 7 us: bench/results/bwd-s24-fixed-costs.txt runs 1-2, dev/cuda/bwd_call_timeline.py.)
-__global__ void __launch_bounds__(LIST_THREADS)
-bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
-                   int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
-                   int *__restrict__ lists80, uint8_t *__restrict__ dq_writers,
-                   unsigned long long *__restrict__ totals) {
-    extern __shared__ unsigned col_bits[];
-    // The schedule follows as a programmatic dependent (bl_cuda_backward): its CTAs start now
-    // and wait for this grid, so that the preprocess behind them can start too. Where this
-    // kernel is itself the selection's dependent, the mask is read only once that one is done.
-    griddep_launch_dependents();
-    griddep_wait();
-    // The call's entry totals, summed by the window schedule kernel behind this one.
-    if (totals && blockIdx.x == 0 && threadIdx.x < BL_BWD_TOTALS) totals[threadIdx.x] = 0;
+// 16k x 16 / 32k x 24 against 7 / 27 us for the same kernel without a mask; this one took 8 / 20
+// and 3 / 7 us with a CTA per unit: bench/results/bwd-s24-fixed-costs.txt runs 1-2,
+// dev/cuda/bwd_call_timeline.py. With one CTA per SM it takes ~11 / ~48 us, beside the preprocess
+// and off the call's critical path: bench/results/bwd-s56-small-kernels-beside.txt.)
+static __device__ __forceinline__ void list_unit(const bl_bwd_dims &dm, int causal,
+                                                 const uint8_t *__restrict__ mask,
+                                                 int cols_per_cta, int64_t runs, int64_t unit,
+                                                 int *__restrict__ counts,
+                                                 int *__restrict__ lists,
+                                                 int *__restrict__ counts80,
+                                                 int *__restrict__ lists80,
+                                                 uint8_t *__restrict__ dq_writers,
+                                                 unsigned *col_bits) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t runs = (dm.tiles_n + cols_per_cta - 1) / cols_per_cta;  // CTAs per (b, g)
-    const int64_t bg = blockIdx.x / runs;                                 // b * Hk + g
-    const int64_t n0 = (blockIdx.x % runs) * cols_per_cta;
+    const int64_t bg = unit / runs;                                       // b * Hk + g
+    const int64_t n0 = (unit % runs) * cols_per_cta;
     const int cols = (int)min((int64_t)cols_per_cta, dm.tiles_n - n0);
     // Entries decoded in 32 bits (G*Tm and G*Tm80 < 2^31: bl_bwd_lists_launch): a 64-bit
     // division per entry kept the kernel's issue slots busy.
@@ -481,7 +479,7 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
         if (dq_writers && e < cap) {
             // row tile bg * cap + e = (b, q head g * G + hl, m): this run's byte; the first run
             // also zeroes the bytes no run owns
-            const int run = (int)(blockIdx.x % runs);
+            const int run = (int)(unit % runs);
             uint8_t *tile = dq_writers + (bg * cap + e) * BL_BWD_WRITER_RUNS;
             tile[run] = (uint8_t)__popc(kept);
             if (run == 0)
@@ -537,6 +535,29 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
             counts[col] = count;
             if (lists80) counts80[col] = count80;
         }
+    }
+}
+
+// The kernel: the units grid-stride over its CTAs (bl_bwd_lists_launch sizes the grid).
+__global__ void __launch_bounds__(LIST_THREADS)
+bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
+                   int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
+                   int *__restrict__ lists80, uint8_t *__restrict__ dq_writers,
+                   unsigned long long *__restrict__ totals) {
+    extern __shared__ unsigned col_bits[];
+    // The schedule follows as a programmatic dependent (bl_cuda_backward): its CTAs start now
+    // and wait for this grid, so that the preprocess behind them can start too. Where this
+    // kernel is itself the selection's dependent, the mask is read only once that one is done.
+    griddep_launch_dependents();
+    griddep_wait();
+    // The call's entry totals, summed by the window schedule kernel behind this one.
+    if (totals && blockIdx.x == 0 && threadIdx.x < BL_BWD_TOTALS) totals[threadIdx.x] = 0;
+    const int64_t runs = (dm.tiles_n + cols_per_cta - 1) / cols_per_cta;  // units per (b, g)
+    const int64_t units = dm.batch * dm.heads_k * runs;
+    for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        if (unit != blockIdx.x) __syncthreads();  // the last unit's col_bits are read
+        list_unit(dm, causal, mask, cols_per_cta, runs, unit, counts, lists, counts80, lists80,
+                  dq_writers, col_bits);
     }
 }
 
@@ -629,6 +650,11 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
 // 1024 counts) and ranks its part against it, so the O(window^2) compares of a 4-round causal
 // window (~280 k at 4 x 132) run on many SMs (one CTA per window took 16.5 us at 16k x 16 x 128
 // causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6).
+// No shared memory: each warp holds the window's counts in registers. With a 4 KB shared copy of
+// the window the kernel's CTAs found no room on the SMs the lists kernel's CTAs held under the
+// driver's default carveout, and started -- letting the preprocess behind them start -- only as
+// those left: 12-13 us into a 32k x 24 x 128 call against ~1 us at 16k x 16
+// (bench/results/bwd-s55-small-kernels-start.txt; now ~1.3 us: bwd-s56-small-kernels-beside.txt).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
        SCHED_RANK_THREADS = 64 };
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
@@ -636,58 +662,61 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
                               const int *__restrict__ counts80, int num_cols, int window,
                               int parts, int *__restrict__ schedule, int4 *__restrict__ recs,
                               int *__restrict__ next, unsigned long long *__restrict__ totals) {
-    __shared__ __align__(16) int c[SCHED_WINDOW_MAX];
-    __shared__ unsigned long long sums[BL_BWD_TOTALS];
     sched_dependent_start();
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
-    const int n4 = (n + 3) / 4;  // the counts as int4, padded with INT_MIN (ranks below all)
     const int i = (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x;  // in the window
-    for (int j = threadIdx.x; j < 4 * n4; j += SCHED_RANK_THREADS)
-        c[j] = j < n ? counts[w0 + j] : INT_MIN;
-    if (threadIdx.x < BL_BWD_TOTALS) sums[threadIdx.x] = 0;
-    __syncthreads();
+    // The window's counts in registers, count 32 k + lane in own[k], all loaded at once (one
+    // round trip), then broadcast by shuffles (a scan through L1 / L2 took 50-100 us beside the
+    // preprocess's traffic: a round trip per step).
+    constexpr int PER_LANE = SCHED_WINDOW_MAX / 32;
+    const int lane = threadIdx.x & 31;
+    int own[PER_LANE];
+#pragma unroll
+    for (int k = 0; k < PER_LANE; ++k) {
+        const int j = 32 * k + lane;
+        own[k] = j < n ? counts[w0 + j] : INT_MIN;  // INT_MIN ranks below every count
+    }
+    const int ci = i < n ? counts[w0 + i] : 0;
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
-    if (i < n) {
-        // rank = heavier columns + equal ones before i; four independent sums, 16-byte loads
-        // (one load and one add chain per element made the loop latency-bound)
-        const int ci = c[i];
-        const int4 *c4 = reinterpret_cast<const int4 *>(c);
-        int r0 = 0, r1 = 0, r2 = 0, r3 = 0;
-#pragma unroll 4
-        for (int q = 0; q < n4; ++q) {
-            const int4 v = c4[q];
-            const int j = 4 * q;
-            r0 += (v.x > ci) | ((v.x == ci) & (j < i));
-            r1 += (v.y > ci) | ((v.y == ci) & (j + 1 < i));
-            r2 += (v.z > ci) | ((v.z == ci) & (j + 2 < i));
-            r3 += (v.w > ci) | ((v.w == ci) & (j + 3 < i));
+    // rank = heavier columns + equal ones before i (all lanes take part in the shuffles)
+    int r0 = 0, r1 = 0;
+#pragma unroll
+    for (int k = 0; k < PER_LANE; ++k) {
+        if (32 * k >= n) break;
+#pragma unroll 8
+        for (int src = 0; src < 32; src += 2) {
+            const int j = 32 * k + src;
+            const int a = __shfl_sync(0xffffffffu, own[k], src);
+            const int b = __shfl_sync(0xffffffffu, own[k], src + 1);
+            r0 += (a > ci) | ((a == ci) & (j < i));
+            r1 += (b > ci) | ((b == ci) & (j + 1 < i));
         }
-        const int rank = r0 + r1 + r2 + r3;
+    }
+    if (i < n) {
+        const int rank = r0 + r1;
         schedule[w0 + rank] = w0 + i;
         recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
     }
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
-        // shared atomic per warp, one global one per CTA.
+        // global atomic per warp.
         unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
         if (i < n) {
-            s[0] = (unsigned long long)c[i];
+            s[0] = (unsigned long long)ci;
             s[1] = (unsigned long long)c80;
             // the pairs the mask drops of the G x (row tiles the column allows) (bl_bwd_masked_full)
             s[2] = (unsigned long long)(dm.group * bl_bwd_allowed_row_tiles(dm, causal,
                                                                             (w0 + i) % dm.tiles_n) -
-                                        c[i]);
+                                        ci);
             // the packed 80-row entries (bl_bwd_packed_chosen)
-            s[3] = (unsigned long long)bl_bwd_packed_count(c[i]);
+            s[3] = (unsigned long long)bl_bwd_packed_count(ci);
         }
 #pragma unroll
         for (int t = 0; t < BL_BWD_TOTALS; ++t) {
             for (int off = 16; off > 0; off >>= 1) s[t] += __shfl_xor_sync(0xffffffffu, s[t], off);
-            if ((threadIdx.x & 31) == 0) atomicAdd(&sums[t], s[t]);
+            if ((threadIdx.x & 31) == 0) atomicAdd(&totals[t], s[t]);
         }
-        __syncthreads();
-        if (threadIdx.x < BL_BWD_TOTALS) atomicAdd(&totals[threadIdx.x], sums[threadIdx.x]);
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         recs[num_cols] = make_int4(-1, 0, 0, 0);
@@ -727,7 +756,14 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "G*Tm = %lld row tiles per key tile exceeds the backward's work lists "
                             "(at most %d)", (long long)(dm.group * dm.tiles_m),
                             (int)(LIST_BITS_MAX_BYTES / sizeof(unsigned) - 1) * 32);
-    const int64_t ctas = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
+    // Fewer CTAs than units where the units outnumber LIST_CTAS_PER_SM per SM: the lists kernel
+    // runs beside the preprocess, and each of its 256-thread CTAs holds thread slots the
+    // preprocess's latency-bound loads would use.
+    const int64_t units = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
+    int sms = 0;
+    BL_TRY(bl_sm_count(&sms));
+    const int64_t wave = (int64_t)LIST_CTAS_PER_SM * sms;
+    const int64_t ctas = units < wave ? units : wave;
     if (ws->dq_writers && bl_bwd_list_runs(dm) > BL_BWD_WRITER_RUNS)
         return bl_set_error(BL_ERR_INTERNAL, "%lld key tiles: more lists CTAs than writer bytes",
                             (long long)dm.tiles_n);
