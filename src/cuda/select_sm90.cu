@@ -395,7 +395,7 @@ extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *ti
     return bl_select_launch(dm, tile_mass, negl_prob, mask, (cudaStream_t)d->stream);
 }
 
-// ---- lists: one CTA per (b, kv head g, run of up to LIST_COLS_MAX key tiles) ----
+// ---- lists: one unit per (b, kv head g, run of up to LIST_COLS_MAX key tiles) ----
 
 enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32, LIST_CTAS_PER_SM = 1 };
 // Key tiles per CTA where the column bitmaps allow: 16 fills one wave at 16k x 16 heads; at most
@@ -765,7 +765,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     const int64_t wave = (int64_t)LIST_CTAS_PER_SM * sms;
     const int64_t ctas = units < wave ? units : wave;
     if (ws->dq_writers && bl_bwd_list_runs(dm) > BL_BWD_WRITER_RUNS)
-        return bl_set_error(BL_ERR_INTERNAL, "%lld key tiles: more lists CTAs than writer bytes",
+        return bl_set_error(BL_ERR_INTERNAL,
+                            "%lld key tiles: more lists units per kv head than writer bytes",
                             (long long)dm.tiles_n);
     BL_CUDA_CHECK(bl_launch(bl_bwd_list_kernel, dim3((unsigned)ctas), dim3(LIST_THREADS),
                             bits_bytes, stream, dependent, dm, causal, mask, per, ws->counts,

@@ -286,6 +286,32 @@ def test_gpu_large_gqa(causal):
         ref.check_close(name, g, wt, b)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("keep", [0.03, 0.5])
+def test_gpu_lists_with_more_units_than_ctas(causal, keep):
+    """The lists kernel runs at most one CTA per SM, each walking several units (a unit: up to 16
+    key tiles of one (b, kv head)), two per (b, kv head) here, the second a partial one (17 key
+    tiles). At least two units per CTA, so that a CTA reuses its shared bitmaps; 3 % kept takes
+    the paths that count each row tile's entries per unit (version 10's direct dQ)."""
+    seqlen, heads, run_cols = 2100, 36, 16
+    tm, tn = back_lite.num_tiles(seqlen, seqlen, DEV)
+    units_per_batch = heads * -(-tn // run_cols)
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    batch = -(-(2 * sms + 1) // units_per_batch)
+    assert tn > run_cols and batch * units_per_batch > 2 * sms
+    q, k, v = random_qkv(batch, seqlen, seqlen, heads, heads, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    mask = torch.rand(batch, heads, tm, tn, device=DEV, generator=gen) < keep
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    scale = 1.0 / math.sqrt(128)
+    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
+    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), torch.bfloat16)
+    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
+        ref.check_close(name, g, w, b)
+
+
 @pytest.mark.parametrize("batch,heads_q,heads_k,head_dim",
                          [(1, 16, 16, 128), (2, 8, 8, 128), (1, 24, 24, 64)])
 def test_gpu_causal_schedule_groups(batch, heads_q, heads_k, head_dim):
