@@ -41,6 +41,16 @@ def check_forward(q, k, v, causal):
     return out, lse, w
 
 
+def check_masked_backward(got, q, k, v, out, dout, causal, mask):
+    """dq, dk, dv of a masked backward against the float64 reference over the same tiles, with
+    PyTorch's result in q's dtype as the error baseline."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
+    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), q.dtype)
+    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
+        ref.check_close(name, g, w, b)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
@@ -125,11 +135,7 @@ def test_gpu_explicit_mask_backward(dtype, head_dim, causal):
     tm, tn = back_lite.num_tiles(300, 520, DEV)
     mask = torch.rand(2, 4, tm, tn, device=DEV) < 0.5
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    scale = 1.0 / math.sqrt(head_dim)
-    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
-    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), dtype)
-    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
-        ref.check_close(name, g, w, b)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -200,11 +206,7 @@ def test_gpu_masked_80_row_entries(dtype, sq, keep):
     tm, tn = back_lite.num_tiles(q.shape[1], k.shape[1], DEV)
     mask = torch.rand(1, 4, tm, tn, device=DEV) < keep
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
-    scale = 1.0 / math.sqrt(128)
-    want = ref.backward(q, k, v, out, dout, scale, False, mask, tile())
-    base = ref.backward(q, k, v, out, dout, scale, False, mask, tile(), dtype)
-    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
-        ref.check_close(name, g, w, b)
+    check_masked_backward(got, q, k, v, out, dout, False, mask)
 
 
 def test_gpu_nan_row_in_a_dropped_tile_stays_out():
@@ -245,11 +247,7 @@ def test_gpu_masked_causal_packed_entries(dtype):
     tm, tn = back_lite.num_tiles(1000, 2000, DEV)
     mask = torch.rand(1, 16, tm, tn, device=DEV) < 0.8
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=True)
-    scale = 1.0 / math.sqrt(128)
-    want = ref.backward(q, k, v, out, dout, scale, True, mask, tile())
-    base = ref.backward(q, k, v, out, dout, scale, True, mask, tile(), dtype)
-    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
-        ref.check_close(name, g, w, b)
+    check_masked_backward(got, q, k, v, out, dout, True, mask)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -279,11 +277,7 @@ def test_gpu_large_gqa(causal):
     out, lse, w = check_forward(q, k, v, causal)
     mask = back_lite.select(w, 0.05)
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    scale = 1.0 / math.sqrt(128)
-    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
-    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), torch.bfloat16)
-    for name, g, wt, b in zip(("dq", "dk", "dv"), got, want, base):
-        ref.check_close(name, g, wt, b)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -305,11 +299,7 @@ def test_gpu_lists_with_more_units_than_ctas(causal, keep):
     gen = torch.Generator(device=DEV).manual_seed(1)
     mask = torch.rand(batch, heads, tm, tn, device=DEV, generator=gen) < keep
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    scale = 1.0 / math.sqrt(128)
-    want = ref.backward(q, k, v, out, dout, scale, causal, mask, tile())
-    base = ref.backward(q, k, v, out, dout, scale, causal, mask, tile(), torch.bfloat16)
-    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
-        ref.check_close(name, g, w, b)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
 @pytest.mark.parametrize("batch,heads_q,heads_k,head_dim",
