@@ -81,7 +81,11 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
         const size_t smem = wg64p_smem::BYTES;
         BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64_kernel<T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        bwd_ws64_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(p);
+        bwd_params pk = p;
+        int sms = 0;
+        BL_TRY(bl_sm_count(&sms));
+        pk.prefetch_ahead = sms;  // one CTA per SM (200 KB of shared memory)
+        bwd_ws64_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(pk);
         BL_CUDA_CHECK_LAUNCH("bwd_ws64_kernel");
         *dq_cols_permuted = true;
         return BL_OK;
@@ -285,6 +289,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.schedule = ws.schedule;
     p.sched_rec = ws.sched_rec;
     p.sched_next = ws.sched_next;
+    p.prefetch_ahead = 0;
     p.dm = dm;
     p.scale = d->scale;
     p.scale_log2 = d->scale * LOG2E;

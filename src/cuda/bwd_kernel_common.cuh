@@ -66,6 +66,10 @@ struct bwd_params {
     // same reason as it.
     int dq_direct;
     CUtensorMap tm_dq16;
+    // The head-dim-64 kernel (one CTA per column and per SM): the CTA handed the SM after this
+    // one takes schedule position blockIdx.x + prefetch_ahead (CTAs start in blockIdx order as
+    // SMs free up), whose K / V and first pair this CTA prefetches into L2. 0: no prefetch.
+    int prefetch_ahead;
 };
 
 }  // namespace bl_bwd

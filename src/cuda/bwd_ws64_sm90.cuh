@@ -36,6 +36,42 @@ struct ws64_bars {
     static_assert(KV + 8 <= ws_bars::BYTES, "inside the mbarrier area");
 };
 
+// A column's start -- its K / V and first pair by TMA, which nothing overlaps, since the next CTA
+// on the SM starts only when this one leaves -- read DRAM: ~a quarter of a 1 %-kept call's main
+// kernel went to column starts and tails (bench/notes-bwd.md, twenty-seventh session). So the
+// producer prefetches into L2, early in the CTA, what the CTA at schedule position `pos`
+// (handed this SM or another about one column later) loads first: its K / V boxes and its first
+// WS64_PREFETCH_PAIRS pairs' Q / dO boxes and lse / Dlt rows. Hints only: nothing waits for
+// them, and a box past the tensor's end is clipped as the loads' are. 32-bit index arithmetic
+// (column ids fit): a 64-bit division is a call of ptxas's division helper. Measured
+// (bench/results/bwd-s57-column-prefetch.txt): the main kernel -9 % at 16k x 16 x 64 with 1 %
+// kept, -3 % at 3 %, causal 3 % -6 %, dense level; two pairs level with one. The same prefetch in
+// version 10, a column ahead of its draws, cost +3..+48 us: its TMA unit carries the dQ
+// reduce-adds too.
+constexpr int WS64_PREFETCH_PAIRS = 1;
+__device__ __forceinline__ void ws64_prefetch_next_column(const bwd_params &p, unsigned pos) {
+    if (pos >= gridDim.x) return;
+    const bl_bwd_dims &dm = p.dm;
+    const int4 rec = p.sched_rec[pos];
+    if (rec.y <= 0) return;
+    const unsigned col = (unsigned)rec.x, tiles_n = (unsigned)dm.tiles_n;
+    const int n = (int)(col % tiles_n);
+    const int g = (int)((col / tiles_n) % (unsigned)dm.heads_k);
+    const int b = (int)(col / (tiles_n * (unsigned)dm.heads_k));
+    tma_prefetch_l2_4d(&p.tm_k, 0, n * BN, g, b);  // head dim 64: one 64-column panel
+    tma_prefetch_l2_4d(&p.tm_v, 0, n * BN, g, b);
+    const int *list = p.lists + (int64_t)col * (dm.group * dm.tiles_m);
+    const int first = rec.y < 2 * WS64_PREFETCH_PAIRS ? rec.y : 2 * WS64_PREFETCH_PAIRS;
+    for (int s = 0; s < first; ++s) {
+        const wg64p_entry e = wg64p_decode(p, g, list[s]);
+        tma_prefetch_l2_4d(&p.tm_q, 0, e.row0, e.h, b);
+        tma_prefetch_l2_4d(&p.tm_do, 0, e.row0, e.h, b);
+        const int64_t rows = ((int64_t)b * dm.heads_q + e.h) * dm.seqlen_q_pad + e.row0;
+        bulk_prefetch_l2(p.lse_log2 + rows, BM * sizeof(float));
+        bulk_prefetch_l2(p.dlt + rows, BM * sizeof(float));
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;
@@ -118,6 +154,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                 }
             }
             bulk_wait_group<0>();  // the reduce-adds complete before the CTA goes away
+        } else if (threadIdx.x == 64 && p.prefetch_ahead > 0) {
+            // Warp 2, otherwise idle, once the column's K / V have landed (KV completes once per
+            // CTA), so that the prefetch queues in the TMA unit behind the first pairs' loads
+            // (issued beside them it cost +1.2 % at 16k x 16 causal 25 % kept; issued by thread
+            // 0 behind them ptxas scheduled the consumers' loop otherwise: dense +0.85 %).
+            if (count > 0) mbarrier_wait(bars + ws64_bars::KV, 0);
+            ws64_prefetch_next_column(p, blockIdx.x + (unsigned)p.prefetch_ahead);
         }
         return;
     }

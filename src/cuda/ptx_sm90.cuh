@@ -185,6 +185,21 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const void *tmap,
         : "memory");
 }
 
+// L2 prefetch of the box at coordinates (c0 innermost .. c3) of a 4-d tensor map: a hint, with no
+// shared memory, mbarrier or bulk group; a later tma_load_4d of the same box then reads L2.
+__device__ __forceinline__ void tma_prefetch_l2_4d(const void *tmap, int c0, int c1, int c2,
+                                                   int c3) {
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
+                 ::"l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+
+// L2 prefetch of `bytes` (a multiple of 16, 16-byte aligned) of global memory: a hint, as above.
+__device__ __forceinline__ void bulk_prefetch_l2(const void *gmem_src, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem_src), "r"(bytes)
+                 : "memory");
+}
+
 // Bulk copy (no tensor map) of `bytes` (a multiple of 16, both addresses 16-byte aligned) from
 // global to shared memory, signalling `bar` with the byte count like tma_load_4d.
 __device__ __forceinline__ void bulk_load(uint32_t smem_dst, const void *gmem_src, uint32_t bytes,
