@@ -33,7 +33,8 @@ struct ws64_bars {
     static constexpr uint32_t DSFULL = ws_bars::KVFULL;        // [2] a pair's dS, all 256 threads
     static constexpr uint32_t DSEMPTY = DSFULL + 16;           // [2] read by both dQ products
     static constexpr uint32_t KV = DSEMPTY + 16;               // the column's K / V landed (TMA)
-    static_assert(KV + 8 <= ws_bars::BYTES, "inside the mbarrier area");
+    static constexpr uint32_t PF = KV + 8;  // the reducer's go for the next column's prefetch
+    static_assert(PF + 8 <= ws_bars::BYTES, "inside the mbarrier area");
 };
 
 // A column's start -- its K / V and first pair by TMA, which nothing overlaps, since the next CTA
@@ -49,6 +50,14 @@ struct ws64_bars {
 // version 10, a column ahead of its draws, cost +3..+48 us: its TMA unit carries the dQ
 // reduce-adds too.
 constexpr int WS64_PREFETCH_PAIRS = 1;
+// The prefetch waits for the reducer's signal (mbarrier PF), given once it has issued the dQ of
+// pair pairs - 1 - WS64_PREFETCH_LEAD, so that the boxes land a few microseconds before the next
+// column starts whatever the column's length (a prefetch a whole long column ahead is evicted
+// from L2 before its use). Shorter columns prefetch once their own K / V have landed. Measured
+// (bench/results/bwd-s58-prefetch-lead.txt): the main kernel at 16k x 16 x 64 with a causal mask
+// -2.8 % at 25 % kept, -0.8 / -1.9 % on video W at negl 0.05 / 0.2, level without one; a lead
+// of 1 or 2 pairs lost 2-7 % at 3 % kept (too late for short columns), 8 gained less than 4.
+constexpr int WS64_PREFETCH_LEAD = 4;
 __device__ __forceinline__ void ws64_prefetch_next_column(const bwd_params &p, unsigned pos) {
     if (pos >= gridDim.x) return;
     const bl_bwd_dims &dm = p.dm;
@@ -112,6 +121,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
             mbarrier_init(bars + ws64_bars::DSEMPTY + 8 * i, THREADS);
         }
         mbarrier_init(bars + ws64_bars::KV, 1);
+        mbarrier_init(bars + ws64_bars::PF, 1);
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -152,6 +162,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                     bulk_wait_group_read<0>();  // the staging may be rewritten
                     mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * w);
                 }
+                if (k == pairs - 1 - WS64_PREFETCH_LEAD) mbarrier_arrive(bars + ws64_bars::PF);
             }
             bulk_wait_group<0>();  // the reduce-adds complete before the CTA goes away
         } else if (threadIdx.x == 64 && p.prefetch_ahead > 0) {
@@ -159,7 +170,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
             // CTA), so that the prefetch queues in the TMA unit behind the first pairs' loads
             // (issued beside them it cost +1.2 % at 16k x 16 causal 25 % kept; issued by thread
             // 0 behind them ptxas scheduled the consumers' loop otherwise: dense +0.85 %).
-            if (count > 0) mbarrier_wait(bars + ws64_bars::KV, 0);
+            if (pairs > WS64_PREFETCH_LEAD) mbarrier_wait(bars + ws64_bars::PF, 0);
+            else if (count > 0) mbarrier_wait(bars + ws64_bars::KV, 0);
             ws64_prefetch_next_column(p, blockIdx.x + (unsigned)p.prefetch_ahead);
         }
         return;
