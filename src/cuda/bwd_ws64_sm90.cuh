@@ -56,7 +56,8 @@ constexpr int WS64_PREFETCH_PAIRS = 1;
 // from L2 before its use). Shorter columns prefetch once their own K / V have landed. Measured
 // (bench/results/bwd-s58-prefetch-lead.txt): the main kernel at 16k x 16 x 64 with a causal mask
 // -2.8 % at 25 % kept, -0.8 / -1.9 % on video W at negl 0.05 / 0.2, level without one; a lead
-// of 1 or 2 pairs lost 2-7 % at 3 % kept (too late for short columns), 8 gained less than 4.
+// of 1 pair lost 3-8 % at 0.8-3 % kept, 2 pairs 3 % with a causal mask at 3 % (too late for
+// short columns), 8 gained less than 4.
 constexpr int WS64_PREFETCH_LEAD = 4;
 __device__ __forceinline__ void ws64_prefetch_next_column(const bwd_params &p, unsigned pos) {
     if (pos >= gridDim.x) return;
