@@ -27,8 +27,8 @@ static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws_bars::BYTES, "room for th
 constexpr int WS64_TURN0 = 3;
 
 // This kernel's mbarriers: ws_bars' FULL / EMPTY; DQFULL / DQEMPTY one per consumer warpgroup
-// (index wg); and the dS ring and the column's K / V, in ws_bars' slots that only the persistent
-// kernels use.
+// (index wg); and the dS ring, the column's K / V and the prefetch's signal, in ws_bars' slots
+// that only the persistent kernels use.
 struct ws64_bars {
     static constexpr uint32_t DSFULL = ws_bars::KVFULL;        // [2] a pair's dS, all 256 threads
     static constexpr uint32_t DSEMPTY = DSFULL + 16;           // [2] read by both dQ products
@@ -40,7 +40,7 @@ struct ws64_bars {
 // A column's start -- its K / V and first pair by TMA, which nothing overlaps, since the next CTA
 // on the SM starts only when this one leaves -- read DRAM: ~a quarter of a 1 %-kept call's main
 // kernel went to column starts and tails (bench/notes-bwd.md, twenty-seventh session). So the
-// producer prefetches into L2, early in the CTA, what the CTA at schedule position `pos`
+// producer prefetches into L2, while the CTA runs, what the CTA at schedule position `pos`
 // (handed this SM or another about one column later) loads first: its K / V boxes and its first
 // WS64_PREFETCH_PAIRS pairs' Q / dO boxes and lse / Dlt rows. Hints only: nothing waits for
 // them, and a box past the tensor's end is clipped as the loads' are. 32-bit index arithmetic
@@ -167,8 +167,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
             }
             bulk_wait_group<0>();  // the reduce-adds complete before the CTA goes away
         } else if (threadIdx.x == 64 && p.prefetch_ahead > 0) {
-            // Warp 2, otherwise idle, once the column's K / V have landed (KV completes once per
-            // CTA), so that the prefetch queues in the TMA unit behind the first pairs' loads
+            // Warp 2, otherwise idle: on a long column at the reducer's PF signal (above), on a
+            // short one once the column's K / V have landed (KV and PF complete once per CTA), so
+            // that the prefetch queues in the TMA unit behind the first pairs' loads
             // (issued beside them it cost +1.2 % at 16k x 16 causal 25 % kept; issued by thread
             // 0 behind them ptxas scheduled the consumers' loop otherwise: dense +0.85 %).
             if (pairs > WS64_PREFETCH_LEAD) mbarrier_wait(bars + ws64_bars::PF, 0);
