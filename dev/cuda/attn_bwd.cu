@@ -49,6 +49,9 @@ extern "C" {
 extern "C" void bl_bwd_timeline_print(void);  // attn_bwd_sm90.cu, dev builds only
 extern "C" void bl_bwd_timeline_cols_print(void);
 #endif
+#ifdef BL_BWD_COLS64
+extern "C" void bl_bwd_cols64_print(void);  // attn_bwd_sm90.cu, dev builds only
+#endif
 extern "C" __attribute__((weak)) int bl_cuda_available(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return 0;
@@ -779,6 +782,18 @@ int main(int argc, char **argv) {
         g_full_sweep = 0;
         bench_shape(1, 8192, 16, 64, 0);
         bl_bwd_timeline_print();
+        return 0;
+    }
+#endif
+#ifdef BL_BWD_COLS64
+    if (!strcmp(what, "cols64")) {  // head-dim-64 column stamps: 16k x 16 x 64, mask keeping
+        // argv[2] (>= 1: the dense call), "causal" as argv[3] for a causal mask
+        const double keep = argc > 2 ? atof(argv[2]) : 0.25;
+        const int causal = argc > 3 && !strcmp(argv[3], "causal");
+        if (keep >= 1.0) g_full_sweep = 0;
+        else g_sparse_only = keep;
+        bench_shape(1, 16384, 16, 64, causal);
+        bl_bwd_cols64_print();
         return 0;
     }
 #endif

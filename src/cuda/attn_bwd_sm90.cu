@@ -486,3 +486,79 @@ extern "C" void bl_bwd_timeline_cols_print(void) {
     }
 }
 #endif
+
+#ifdef BL_BWD_COLS64
+#include <stdio.h>
+#include <algorithm>
+#include <vector>
+// Dev only: bwd_ws64_kernel's column stamps in the last launch (`cols64`). Each SM's span (its
+// first CTA's start to its last CTA's end, in its own clock) split into the gaps between one
+// CTA's end and the next one's start, column starts (start -> K / V landed), pair loops, the last
+// pair's dQ and dK / dV staging, and the stores' and reduce-adds' completion; as means per SM and
+// per column. SM clocks are not comparable across SMs, so the kernel's tail is not in it: the
+// spread of the SMs' spans hints at it.
+extern "C" void bl_bwd_cols64_print(void) {
+    using namespace bl_bwd;
+    int grid = 0;
+    if (cudaMemcpyFromSymbol(&grid, bl_bwd_tl64_grid, sizeof(grid)) != cudaSuccess || grid <= 0)
+        return;
+    const int n = grid < TL64_CTAS ? grid : TL64_CTAS;
+    std::vector<long long> t((size_t)TL64_CTAS * TL64_POINTS);
+    std::vector<int> info((size_t)TL64_CTAS * 2);
+    if (cudaMemcpyFromSymbol(t.data(), bl_bwd_tl64, t.size() * sizeof(long long)) != cudaSuccess ||
+        cudaMemcpyFromSymbol(info.data(), bl_bwd_tl64_info, info.size() * sizeof(int)) != cudaSuccess)
+        return;
+    auto at = [&](int c, int i) { return t[(size_t)c * TL64_POINTS + i]; };
+    auto end_of = [&](int c) { return at(c, 4) > at(c, 5) ? at(c, 4) : at(c, 5); };
+    std::vector<std::vector<int>> by_sm;
+    long long entries = 0, pairs = 0;
+    for (int c = 0; c < n; ++c) {
+        const int sm = info[2 * c];
+        if (sm >= (int)by_sm.size()) by_sm.resize(sm + 1);
+        by_sm[sm].push_back(c);
+        entries += info[2 * c + 1];
+        pairs += (info[2 * c + 1] + 1) / 2;
+    }
+    // parts: 0 gaps, 1 column starts, 2 pair loops, 3 last dQ + dK / dV staged, 4 stores and
+    // reduce-adds complete, 5 columns without entries
+    double part[6] = {0, 0, 0, 0, 0, 0}, span = 0, span_min = 1e300, span_max = 0;
+    int sms = 0, busy = 0, gaps = 0;
+    for (auto &v : by_sm) {
+        if (v.empty()) continue;
+        std::sort(v.begin(), v.end(), [&](int a, int b) { return at(a, 0) < at(b, 0); });
+        for (size_t i = 0; i < v.size(); ++i) {
+            const int c = v[i];
+            if (i > 0) {
+                part[0] += (double)(at(c, 0) - end_of(v[i - 1]));
+                ++gaps;
+            }
+            if (info[2 * c + 1] > 0) {
+                part[1] += (double)(at(c, 1) - at(c, 0));
+                part[2] += (double)(at(c, 2) - at(c, 1));
+                part[3] += (double)(at(c, 3) - at(c, 2));
+                part[4] += (double)(end_of(c) - at(c, 3));
+                ++busy;
+            } else {
+                part[5] += (double)(end_of(c) - at(c, 0));
+            }
+        }
+        const double s = (double)(end_of(v.back()) - at(v.front(), 0));
+        span += s;
+        span_min = s < span_min ? s : span_min;
+        span_max = s > span_max ? s : span_max;
+        ++sms;
+    }
+    if (sms == 0) return;
+    const char *names[6] = {"gaps between CTAs", "column starts (-> K / V landed)", "pair loops",
+                            "last dQ, dK / dV staged", "stores / reduce-adds complete",
+                            "columns without entries"};
+    printf("cols64: %d CTAs on %d SMs, %.1f entries per column; per SM span %.0f clocks (min %.0f, "
+           "max %.0f)\n", n, sms, (double)entries / n, span / sms, span_min, span_max);
+    // each part's mean per occurrence: per gap, per column with entries, per empty column
+    const int per[6] = {gaps, busy, busy, busy, busy, n - busy};
+    for (int i = 0; i < 6; ++i)
+        printf("  %-34s %10.0f clocks per SM (%5.1f %%), %7.0f each\n", names[i], part[i] / sms,
+               100.0 * part[i] / span, per[i] > 0 ? part[i] / per[i] : 0.0);
+    printf("  pair loops per pair: %.0f clocks\n", pairs > 0 ? part[2] / pairs : 0.0);
+}
+#endif

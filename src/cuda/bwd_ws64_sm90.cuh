@@ -26,6 +26,45 @@ static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws_bars::BYTES, "room for th
 // Named barriers 3 and 4: warpgroup 0's / 1's turn to issue products (1 is WS_BAR_LOOP_TOP).
 constexpr int WS64_TURN0 = 3;
 
+// Dev only (-DBL_BWD_COLS64, dev/cuda/attn_bwd.cu `cols64`; apart from BL_BWD_TIMELINE, whose
+// stamps sit inside the pair loop): every CTA's SM, entry count and
+// clock64 at TL64_POINTS places -- 0 the CTA's start (producer thread 0), 1 its K / V landed, 2
+// the pair loop's end, 3 dK / dV staged (consumer thread 0), 4 their stores complete (the same),
+// 5 the reducer's last reduce-adds complete -- so that the host can split each SM's time into
+// launch gaps, column starts, pairs and column ends (bl_bwd_cols64_print). One predicated store
+// per stamp, outside the pair loop.
+#ifdef BL_BWD_COLS64
+constexpr int TL64_CTAS = 8192, TL64_POINTS = 6;
+__device__ long long bl_bwd_tl64[TL64_CTAS][TL64_POINTS];
+__device__ int bl_bwd_tl64_info[TL64_CTAS][2];  // SM id, entry count
+__device__ int bl_bwd_tl64_grid;
+__device__ __forceinline__ void bl_tl64_store(bool on, int i) {
+    on = on && blockIdx.x < TL64_CTAS;
+    long long *a = &bl_bwd_tl64[blockIdx.x < TL64_CTAS ? blockIdx.x : 0][i];
+    asm volatile("{\n.reg .pred p;\n.reg .u64 t;\nsetp.ne.u32 p, %0, 0;\nmov.u64 t, %%clock64;\n"
+                 "@p st.global.u64 [%1], t;\n}\n" ::"r"((unsigned)on),
+                 "l"(a)
+                 : "memory");
+}
+__device__ __forceinline__ void bl_tl64_info(int count) {
+    if (blockIdx.x >= TL64_CTAS) return;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    bl_bwd_tl64_info[blockIdx.x][0] = (int)sm;
+    bl_bwd_tl64_info[blockIdx.x][1] = count;
+    if (blockIdx.x == 0) bl_bwd_tl64_grid = (int)gridDim.x;
+}
+#define BL_TL64(on, i) bl_tl64_store(on, i)
+#define BL_TL64_INFO(count) bl_tl64_info(count)
+#else
+#define BL_TL64(on, i) \
+    do {               \
+    } while (0)
+#define BL_TL64_INFO(count) \
+    do {                    \
+    } while (0)
+#endif
+
 // This kernel's mbarriers: ws_bars' FULL / EMPTY; DQFULL / DQEMPTY one per consumer warpgroup
 // (index wg); and the dS ring, the column's K / V and the prefetch's signal, in ws_bars' slots
 // that only the persistent kernels use.
@@ -112,7 +151,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     const int pairs = (count + 1) / 2;
     const int *list = p.lists + col * (dm.group * dm.tiles_m);
 
+    BL_TL64(threadIdx.x == 0, 0);
     if (threadIdx.x == 0) {
+        BL_TL64_INFO(count);
         for (int i = 0; i < 2; ++i) {
             mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
             mbarrier_init(bars + ws_bars::EMPTY + 8 * i, THREADS);  // every consumer thread
@@ -166,6 +207,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                 if (k == pairs - 1 - WS64_PREFETCH_LEAD) mbarrier_arrive(bars + ws64_bars::PF);
             }
             bulk_wait_group<0>();  // the reduce-adds complete before the CTA goes away
+            BL_TL64(true, 5);
         } else if (threadIdx.x == 64 && p.prefetch_ahead > 0) {
             // Warp 2, otherwise idle: on a long column at the reducer's PF signal (above), on a
             // short one once the column's K / V have landed (KV and PF complete once per CTA), so
@@ -201,6 +243,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
 
     if (count > 0) {
         mbarrier_wait(bars + ws64_bars::KV, 0u);  // K / V by TMA (the producer)
+        BL_TL64(ct == 0, 1);
         if (wg == 1) named_barrier_arrive(WS64_TURN0, THREADS);  // warpgroup 0 issues first
     }
 
@@ -389,6 +432,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         BL_TLC(11);
         mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
     }
+    BL_TL64(ct == 0, 2);
     if (pairs > 0) {  // the last pair's dQ
         const int last = pairs - 1;
         if (wg == 0) named_barrier_sync(WS64_TURN0, THREADS);  // warpgroup 1's advance turn
@@ -411,11 +455,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     ws_stage_dkv<T>(s0 + L::Q + L::PANEL, dv_acc, 1.0f, warp, lane);
     bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
     named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+    BL_TL64(ct == 0, 3);
     if (ct == 0) {
         tma_store_4d(&p.tm_dk, s0 + L::Q, 0, (int)key0, (int)g, (int)b);
         tma_store_4d(&p.tm_dv, s0 + L::Q + L::PANEL, 0, (int)key0, (int)g, (int)b);
         bulk_commit_group();
         bulk_wait_group<0>();  // before the CTA and its shared memory go away
+        BL_TL64(true, 4);
     }
 }
 
