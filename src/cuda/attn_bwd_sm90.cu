@@ -560,5 +560,14 @@ extern "C" void bl_bwd_cols64_print(void) {
         printf("  %-34s %10.0f clocks per SM (%5.1f %%), %7.0f each\n", names[i], part[i] / sms,
                100.0 * part[i] / span, per[i] > 0 ? part[i] / per[i] : 0.0);
     printf("  pair loops per pair: %.0f clocks\n", pairs > 0 ? part[2] / pairs : 0.0);
+    // which of the two ends is later: the dK / dV stores' wait or the reducer's
+    double st = 0, rd = 0;
+    for (int c = 0; c < n; ++c)
+        if (info[2 * c + 1] > 0) {
+            st += (double)(at(c, 4) - at(c, 3));
+            rd += (double)(at(c, 5) - at(c, 3));
+        }
+    printf("  after staging: dK / dV stores done %.0f, reducer done %.0f clocks (per column)\n",
+           busy > 0 ? st / busy : 0.0, busy > 0 ? rd / busy : 0.0);
 }
 #endif

@@ -76,6 +76,17 @@ struct ws64_bars {
     static_assert(PF + 8 <= ws_bars::BYTES, "inside the mbarrier area");
 };
 
+// The staging of a column's last dQ: the dS buffer of pair pairs - 2, free once both warpgroups
+// are past that pair's dQ (at pairs == 1 the unused buffer 1). Its own staging (one buffer per warp,
+// L::DQS) would first have to wait for the reducer to read pair pairs - 2's dQ out of it: at a
+// column's end the reduce-adds of the last two pairs then ran one after another, ~3,000 clocks
+// from dK / dV staged to the reducer's end against ~1,200 for the dK / dV stores (`attn_bwd
+// cols64`).
+__device__ __forceinline__ uint32_t ws64_last_dq_staging(uint32_t s0, int pairs) {
+    return s0 + wg64p_smem::DS + (uint32_t)((pairs - 2) & 1) * wg64p_smem::DS_BUF;
+}
+static_assert(WARPS * DQ_WARP_BYTES <= wg64p_smem::DS_BUF, "a dQ staging fits a dS buffer");
+
 // A column's start -- its K / V and first pair by TMA, which nothing overlaps, since the next CTA
 // on the SM starts only when this one leaves -- read DRAM: ~a quarter of a 1 %-kept call's main
 // kernel went to column starts and tails (bench/notes-bwd.md, twenty-seventh session). So the
@@ -191,22 +202,31 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                 const wg64p_entry e[2] = {
                     wg64p_decode(p, (int)g, list[2 * k]),
                     wg64p_decode(p, (int)g, 2 * k + 1 < count ? list[2 * k + 1] : -1)};
+                // The last pair's dQ comes in its own staging (ws64_last_dq_staging); pair k's
+                // staging is rewritten by pair k + 1's only where k + 1 is not the last pair.
+                const uint32_t stage = k == pairs - 1 ? ws64_last_dq_staging(s0, pairs) : s0 + L::DQS;
+                const bool reused = k + 2 < pairs;
 #pragma unroll 1
                 for (int w = 0; w < 2; ++w) {
                     const wg64p_entry mine = w == 0 ? e[0] : e[1];  // (no local-memory array)
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * w, (uint32_t)k & 1u);
+                    // The last pair's staging waits only for this wait to have passed: DQFULL's
+                    // phases must not run two ahead of it (they did, and it hung).
+                    if (k == pairs - 2) mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * w);
                     if (mine.live()) {
 #pragma unroll 1
                         for (int j = 0; j < WG_WARPS; ++j)
-                            dq_block_reduce(p, s0 + L::DQS + (uint32_t)(WG_WARPS * w + j) * DQ_WARP_BYTES,
+                            dq_block_reduce(p, stage + (uint32_t)(WG_WARPS * w + j) * DQ_WARP_BYTES,
                                             0, mine.h, mine.row0 + 16 * j, (int)b);
                     }
-                    bulk_wait_group_read<0>();  // the staging may be rewritten
-                    mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * w);
+                    if (reused) {
+                        bulk_wait_group_read<0>();  // the staging may be rewritten
+                        mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * w);
+                    }
                 }
                 if (k == pairs - 1 - WS64_PREFETCH_LEAD) mbarrier_arrive(bars + ws64_bars::PF);
             }
-            bulk_wait_group<0>();  // the reduce-adds complete before the CTA goes away
+            bulk_wait_group_read<0>();  // the staging outlives the reduce-adds' reads
             BL_TL64(true, 5);
         } else if (threadIdx.x == 64 && p.prefetch_ahead > 0) {
             // Warp 2, otherwise idle: on a long column at the reducer's PF signal (above), on a
@@ -433,34 +453,46 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
     }
     BL_TL64(ct == 0, 2);
-    if (pairs > 0) {  // the last pair's dQ
+    bl_reg_fence(dk_acc);
+    bl_reg_fence(dv_acc);
+    // Column end: dK (times scale) and dV staged in the Q buffers, free once both warpgroups are
+    // past their last dV / dK products, as the tensor maps' 128-row panels (ws_stage_dkv) and
+    // stored by TMA from one thread, as the persistent head-dim-128 kernel does.
+    auto store_dkv = [&]() {
+        named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+        ws_stage_dkv<T>(s0 + L::Q, dk_acc, p.scale, warp, lane);
+        ws_stage_dkv<T>(s0 + L::Q + L::PANEL, dv_acc, 1.0f, warp, lane);
+        bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
+        named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+        BL_TL64(ct == 0, 3);
+        if (ct == 0) {
+            tma_store_4d(&p.tm_dk, s0 + L::Q, 0, (int)key0, (int)g, (int)b);
+            tma_store_4d(&p.tm_dv, s0 + L::Q + L::PANEL, 0, (int)key0, (int)g, (int)b);
+            bulk_commit_group();
+        }
+    };
+    if (pairs > 0) {
+        // The last pair's dQ product reads only the dS ring and K: dK / dV are staged and their
+        // stores issued while it runs, and it is staged for the reducer after them. (Before, it
+        // went first and dK / dV were staged once it was staged itself.) One branch holds the
+        // product and its wait, else ptxas waits for it at once (C7517).
         const int last = pairs - 1;
         if (wg == 0) named_barrier_sync(WS64_TURN0, THREADS);  // warpgroup 1's advance turn
         mbarrier_wait(bars + ws64_bars::DSFULL + 8 * (last & 1), (uint32_t)(last >> 1) & 1u);
         wg64p_issue_dq<T>(dq, s0 + L::DS + (last & 1) * L::DS_BUF, s0 + L::K, wg);
+        store_dkv();
         bl_wgmma_wait<0>();
         bl_reg_fence(dq);
+        // store_dkv's first barrier: both warpgroups' dQ of pair last - 1 are done, so its dS
+        // buffer is free for this staging; the reducer has taken pair last - 1's DQFULL.
         mbarrier_wait(dqempty, (uint32_t)pairs & 1u);
-        dq_block_stage(sdq, dq);
+        dq_block_stage(ws64_last_dq_staging(s0, pairs) + (uint32_t)warp * DQ_WARP_BYTES, dq);
         if (lane == 0) mbarrier_arrive(dqfull);
-        // Both warpgroups are past their last products: the Q buffers below are free.
-        named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+    } else {
+        store_dkv();  // zeros: nothing was loaded
     }
-    bl_reg_fence(dk_acc);
-    bl_reg_fence(dv_acc);
-    // dK (times scale) and dV staged in the two Q buffers as the tensor maps' 128-row panels
-    // (ws_stage_dkv) and stored by TMA from one thread, as the persistent head-dim-128 kernel does.
-    // (No pair: nothing was loaded.)
-    ws_stage_dkv<T>(s0 + L::Q, dk_acc, p.scale, warp, lane);
-    ws_stage_dkv<T>(s0 + L::Q + L::PANEL, dv_acc, 1.0f, warp, lane);
-    bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
-    named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
-    BL_TL64(ct == 0, 3);
     if (ct == 0) {
-        tma_store_4d(&p.tm_dk, s0 + L::Q, 0, (int)key0, (int)g, (int)b);
-        tma_store_4d(&p.tm_dv, s0 + L::Q + L::PANEL, 0, (int)key0, (int)g, (int)b);
-        bulk_commit_group();
-        bulk_wait_group<0>();  // before the CTA and its shared memory go away
+        bulk_wait_group_read<0>();  // the staging outlives the stores' reads
         BL_TL64(true, 4);
     }
 }
