@@ -81,7 +81,8 @@ struct ws64_bars {
 // L::DQS) would first have to wait for the reducer to read pair pairs - 2's dQ out of it: at a
 // column's end the reduce-adds of the last two pairs then ran one after another, ~3,000 clocks
 // from dK / dV staged to the reducer's end against ~1,200 for the dK / dV stores (`attn_bwd
-// cols64`).
+// cols64`). Measured (bench/results/bwd-s59-column-end.txt run 5): the main kernel at 16k x 16 x 64
+// -0.7 / -1.1 % dense, -1.2..-2.7 % at 3-10 % kept, level to -0.5 % with a causal mask.
 __device__ __forceinline__ uint32_t ws64_last_dq_staging(uint32_t s0, int pairs) {
     return s0 + wg64p_smem::DS + (uint32_t)((pairs - 2) & 1) * wg64p_smem::DS_BUF;
 }
