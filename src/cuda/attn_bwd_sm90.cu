@@ -519,8 +519,9 @@ extern "C" void bl_bwd_cols64_print(void) {
         entries += info[2 * c + 1];
         pairs += (info[2 * c + 1] + 1) / 2;
     }
-    // parts: 0 gaps, 1 column starts, 2 pair loops, 3 last dQ + dK / dV staged, 4 stores and
-    // reduce-adds complete, 5 columns without entries
+    // parts: 0 gaps, 1 column starts, 2 pair loops, 3 last dQ + dK / dV staged, 4 the stores'
+    // and reduce-adds' shared-memory reads done (the kernel's `.read` end waits), 5 columns
+    // without entries
     double part[6] = {0, 0, 0, 0, 0, 0}, span = 0, span_min = 1e300, span_max = 0;
     int sms = 0, busy = 0, gaps = 0;
     for (auto &v : by_sm) {
@@ -550,7 +551,7 @@ extern "C" void bl_bwd_cols64_print(void) {
     }
     if (sms == 0) return;
     const char *names[6] = {"gaps between CTAs", "column starts (-> K / V landed)", "pair loops",
-                            "last dQ, dK / dV staged", "stores / reduce-adds complete",
+                            "last dQ, dK / dV staged", "stores / reduce-adds read",
                             "columns without entries"};
     printf("cols64: %d CTAs on %d SMs, %.1f entries per column; per SM span %.0f clocks (min %.0f, "
            "max %.0f)\n", n, sms, (double)entries / n, span / sms, span_min, span_max);

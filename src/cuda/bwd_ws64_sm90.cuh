@@ -29,8 +29,8 @@ constexpr int WS64_TURN0 = 3;
 // Dev only (-DBL_BWD_COLS64, dev/cuda/attn_bwd.cu `cols64`; apart from BL_BWD_TIMELINE, whose
 // stamps sit inside the pair loop): every CTA's SM, entry count and clock64 at TL64_POINTS places
 // -- 0 the CTA's start (producer thread 0), 1 its K / V landed, 2 the pair loop's end, 3 dK / dV
-// staged (consumer thread 0), 4 their stores complete (the same), 5 the reducer's last
-// reduce-adds complete -- so that the host can split each SM's time into launch gaps, column
+// staged (consumer thread 0), 4 their stores' reads done (the same; the end waits are `.read`
+// waits since c51bf20), 5 the reducer's last reduce-adds' reads done -- so that the host can split each SM's time into launch gaps, column
 // starts, pairs and column ends (bl_bwd_cols64_print). One predicated store per stamp, outside
 // the pair loop.
 #ifdef BL_BWD_COLS64
