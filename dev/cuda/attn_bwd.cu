@@ -947,6 +947,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 600, 300, 2, 1, 64, 0, BF, 0, 0, 0, 0, 0});   // 5 pairs per column
         cases.push_back({1, 520, 700, 2, 2, 64, 1, FP, 0, 0, 0, 0, 0});   // odd lists, causal
         cases.push_back({1, 900, 400, 2, 1, 64, 0, BF, 1, 0.5, 0, 0, 0}); // masked, odd and even
+    } else if (!strcmp(what, "smallpc")) {  // for compute-sanitizer: the causal packed walk
+        cases.push_back({1, 512, 1024, 24, 1, 128, 1, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
     } else if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
@@ -1065,7 +1067,7 @@ int main(int argc, char **argv) {
         cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});
     }
     int fails = 0;
-    const bool quick = !strcmp(what, "small") || !strcmp(what, "small64");
+    const bool quick = !strcmp(what, "small") || !strcmp(what, "small64") || !strcmp(what, "smallpc");
     if (!quick) fails += !check_tile_reference();
     for (auto &c : cases) fails += !run_case(c);
     // Tn over every register-sort width of the warp selection kernel (1..32 keys per lane) and
