@@ -601,10 +601,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             // P^T's k-steps (16 queries: n8 tiles 2ks, 2ks + 1) [k0, k1) packed and issued into dV.
             // The P^T phase is bound by its latency chain (S^T wait -> exp -> mask -> pack -> dV
             // issue), so dV goes out by parts: each k-step as its exponentials come out in the
-            // aligned and packed non-causal walks and the packed causal one; in the others (per
-            // k-step spilled in the dense / aligned causal walks and ran 2.4 % slower in the dense
-            // non-causal one) in two parts after all the exponentials, split where it measured
-            // best (causal 2 + 3 k-steps, non-causal 3 + 2; bench/results/bwd-s36-early-dv.txt).
+            // aligned and packed non-causal walks; in the others (per k-step spilled in the dense
+            // / aligned causal walks and ran 2.4 % slower in the dense non-causal one) in two
+            // parts after all the exponentials, split where it measured best (causal 2 + 3
+            // k-steps, non-causal 3 + 2; bench/results/bwd-s36-early-dv.txt). The causal packed
+            // walk took the per-k-step form until the two parts measured faster there too (16k
+            // causal 50 % kept -1.1 %, 32k x 24 causal 25 % -1.4..-4 %:
+            // bench/results/bwd-s61-causal-packed-dv-parts.txt).
             uint32_t pa[KSTEPS_Q][4];
             auto issue_dv = [&](int k0, int k1) {
 #pragma unroll
@@ -698,24 +701,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     for (int x = 0; x < 4; ++x)
                         if (8 * t - 8 * (x >> 1) + (x & 1) < cut_t) s[4 * t + x] = 0.0f;
                 };
-                if constexpr (PACKED) {
 #pragma unroll
-                    for (int ks = 0; ks < KSTEPS_Q; ++ks) {
+                for (int t = 0; t < NQ; ++t) exp_tile(t);
 #pragma unroll
-                        for (int t = 2 * ks; t < 2 * ks + 2; ++t) {
-                            exp_tile(t);
-                            mask_tile(t);
-                        }
-                        issue_dv(ks, ks + 1);
-                    }
-                } else {
-#pragma unroll
-                    for (int t = 0; t < NQ; ++t) exp_tile(t);
-#pragma unroll
-                    for (int t = 0; t < NQ; ++t) mask_tile(t);
-                    issue_dv(0, 2);
-                    issue_dv(2, KSTEPS_Q);
-                }
+                for (int t = 0; t < NQ; ++t) mask_tile(t);
+                issue_dv(0, 2);
+                issue_dv(2, KSTEPS_Q);
             }
             bl_wgmma_commit();
             bl_wgmma_wait<1>();  // dP^T is done; dV may still run
