@@ -949,6 +949,10 @@ int main(int argc, char **argv) {
         cases.push_back({1, 900, 400, 2, 1, 64, 0, BF, 1, 0.5, 0, 0, 0}); // masked, odd and even
     } else if (!strcmp(what, "smallpc")) {  // for compute-sanitizer: the causal packed walk
         cases.push_back({1, 512, 1024, 24, 1, 128, 1, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
+    } else if (!strcmp(what, "smallp")) {  // ... the non-causal packed and aligned walks
+        cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
+        cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 1, 0, kPickPacked});
+        cases.push_back({1, 160, 700, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
     } else if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
@@ -1067,7 +1071,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 131072, 4096, 1, 1, 128, 0, FP, 1, 0.002, 0, 0, 0, 1});
     }
     int fails = 0;
-    const bool quick = !strcmp(what, "small") || !strcmp(what, "small64") || !strcmp(what, "smallpc");
+    const bool quick = !strcmp(what, "small") || !strcmp(what, "small64") ||
+                       !strcmp(what, "smallpc") || !strcmp(what, "smallp");
     if (!quick) fails += !check_tile_reference();
     for (auto &c : cases) fails += !run_case(c);
     // Tn over every register-sort width of the warp selection kernel (1..32 keys per lane) and
