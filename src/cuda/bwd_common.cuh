@@ -80,7 +80,9 @@ struct bl_bwd_workspace {
 // the older rule, 80 against 75, had kept aligned entries), so packed entries run wherever they
 // are fewer. With a causal mask a packed entry costs 2.6 % more (the per-tile diagonal cuts:
 // 8k x 16 causal, every tile kept, 26.5 against 25.8 ns; the aligned call 1.2 % faster, run 2),
-// so there they count 77 against 75.
+// so there they count 77 against 75. (All measured before the causal packed walk issued dV in
+// two parts, 11a4f9b, which made it 1-4 % cheaper: the two causal costs are to be measured again,
+// bench/notes-bwd.md, fifty-seventh session.)
 enum {
     BL_R80_ENTRY_COST = 75,
     BL_R64_ENTRY_COST = 64,
