@@ -30,9 +30,9 @@ constexpr int WS64_TURN0 = 3;
 // stamps sit inside the pair loop): every CTA's SM, entry count and clock64 at TL64_POINTS places
 // -- 0 the CTA's start (producer thread 0), 1 its K / V landed, 2 the pair loop's end, 3 dK / dV
 // staged (consumer thread 0), 4 their stores' reads done (the same; the end waits are `.read`
-// waits since c51bf20), 5 the reducer's last reduce-adds' reads done -- so that the host can split each SM's time into launch gaps, column
-// starts, pairs and column ends (bl_bwd_cols64_print). One predicated store per stamp, outside
-// the pair loop.
+// waits since c51bf20), 5 the reducer's last reduce-adds' reads done -- so that the host can
+// split each SM's time into launch gaps, column starts, pairs and column ends
+// (bl_bwd_cols64_print). One predicated store per stamp, outside the pair loop.
 #ifdef BL_BWD_COLS64
 constexpr int TL64_CTAS = 8192, TL64_POINTS = 6;
 __device__ long long bl_bwd_tl64[TL64_CTAS][TL64_POINTS];
@@ -77,8 +77,8 @@ struct ws64_bars {
 };
 
 // The staging of a column's last dQ: the dS buffer of pair pairs - 2, free once both warpgroups
-// are past that pair's dQ (at pairs == 1 the unused buffer 1). Its own staging (one buffer per warp,
-// L::DQS) would first have to wait for the reducer to read pair pairs - 2's dQ out of it: at a
+// are past that pair's dQ (at pairs == 1 the unused buffer 1). Its own staging (one buffer per
+// warp, L::DQS) would first have to wait for the reducer to read pair pairs - 2's dQ out of it: at a
 // column's end the reduce-adds of the last two pairs then ran one after another, ~3,000 clocks
 // from dK / dV staged to the reducer's end against ~1,200 for the dK / dV stores (`attn_bwd
 // cols64`). Measured (bench/results/bwd-s59-column-end.txt run 5): the main kernel at 16k x 16 x 64
@@ -205,7 +205,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
                     wg64p_decode(p, (int)g, 2 * k + 1 < count ? list[2 * k + 1] : -1)};
                 // The last pair's dQ comes in its own staging (ws64_last_dq_staging); pair k's
                 // staging is rewritten by pair k + 1's only where k + 1 is not the last pair.
-                const uint32_t stage = k == pairs - 1 ? ws64_last_dq_staging(s0, pairs) : s0 + L::DQS;
+                const uint32_t stage =
+                    k == pairs - 1 ? ws64_last_dq_staging(s0, pairs) : s0 + L::DQS;
                 const bool reused = k + 2 < pairs;
 #pragma unroll 1
                 for (int w = 0; w < 2; ++w) {
