@@ -69,27 +69,25 @@ struct bl_bwd_workspace {
 // the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
 // A masked call takes the 80-row kernel where its entries cost less in all. Packed entries
 // (bwd_ws128r80_sm90.cuh: rows gathered from two 64-row tiles, every row kept) count 78 against
-// version 10's 64 without a causal mask and 79 with one: every kernel of the call under ncu, a
+// version 10's 64 without a causal mask and 77 with one: every kernel of the call under ncu, a
 // build forced onto each kind of entry (bench/results/bwd-s37-pick-costs.txt run 2: break-evens
-// 77.6-78.6 without a causal mask, 78.9-79.7 with one at 10 % and 3 % kept, where the calls are
-// near the rule's threshold; the 16k causal 10 %-kept call 2.8 % faster on version 10, which the
-// old 76 of bwd-s34-pick-costs.txt sent to packed entries: version 10 has since issued dV per
-// k-step, -1.6..-2.6 %).
+// 77.6-78.6 without a causal mask at 10 % and 3 % kept, where the calls are near the rule's
+// threshold; with one 77.1-77.6 at 10 / 25 / 50 % kept, 16k x 16 and 32k x 24,
+// bwd-s62-pick-costs.txt, since the causal packed walk issues dV in two parts, 11a4f9b; 78.9-79.7
+// before it).
 // Against aligned 80-row entries, without a causal mask, a packed entry costs what an aligned
 // one does (8k x 16 at 95 % kept: 26.3 ns an entry both; the packed call 4.7 % faster where
 // the older rule, 80 against 75, had kept aligned entries), so packed entries run wherever they
-// are fewer. With a causal mask a packed entry costs 2.6 % more (the per-tile diagonal cuts:
-// 8k x 16 causal, every tile kept, 26.5 against 25.8 ns; the aligned call 1.2 % faster, run 2),
-// so there they count 77 against 75. (All measured before the causal packed walk issued dV in
-// two parts, 11a4f9b, which made it 1-4 % cheaper: the two causal costs are to be measured again,
-// bench/notes-bwd.md, fifty-seventh session.)
+// are fewer. With a causal mask a packed entry costs 1.1 % more (the per-tile diagonal cuts:
+// 8k x 16 causal at 96 % kept, 25.96 against 25.68 ns an entry, ncu's 10 us steps +-0.4 % each,
+// bwd-s62-pick-costs.txt run 2; 2.6 % before 11a4f9b), so there they count 76 against 75.
 enum {
     BL_R80_ENTRY_COST = 75,
     BL_R64_ENTRY_COST = 64,
     BL_PACKED_ENTRY_COST = 78,
-    BL_PACKED_ENTRY_COST_CAUSAL = 79,
+    BL_PACKED_ENTRY_COST_CAUSAL = 77,
     BL_PACKED_VS_ALIGNED_COST = 75,
-    BL_PACKED_VS_ALIGNED_COST_CAUSAL = 77
+    BL_PACKED_VS_ALIGNED_COST_CAUSAL = 76
 };
 // An 80-row list entry: hl << BL_R80_ENTRY_HL_SHIFT | m << 2 | bits (m < 2^18, hl < 2^11).
 enum { BL_R80_ENTRY_HL_SHIFT = 20 };
