@@ -8,8 +8,8 @@ the tile visible to every query of it, Sq == Sk) -- run once with causal=True an
 causal=False. No kept tile crosses the diagonal, so both calls compute the same gradients from the
 same inputs (checked: within 1 % of the largest gradient; bf16 runs differ by ~1e-4) on the
 same entries; any time between them is the causal code path's own cost (its compares, cuts,
-schedule windows, pick costs). A third call, causal with a random mask over all computable tiles (the bench's kind of
-mask, diagonal tiles included), shows what the diagonal adds.
+schedule windows, pick costs). A third call, causal with a random mask over all computable
+tiles (the bench's kind of mask, diagonal tiles included), shows what the diagonal adds.
 
 Kernel times come from torch.profiler (CUDA activity, summed per kernel name over `reps` calls),
 rounds alternating the calls (order rotated); medians over rounds, and the main kernels' time per
