@@ -953,6 +953,9 @@ int main(int argc, char **argv) {
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 1, 0, kPickPacked});
         cases.push_back({1, 160, 700, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
+    } else if (!strcmp(what, "smallnc")) {  // ... non-causal calls on the causal dense walk
+        cases.push_back({1, 170, 256, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});
+        cases.push_back({1, 170, 256, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
     } else if (!strcmp(what, "small")) {  // for compute-sanitizer: tiny and quick
         cases.push_back({1, 130, 200, 2, 1, 64, 1, BF, 1, 0.6, 0, 0, 0});
         cases.push_back({1, 70, 129, 2, 2, 128, 0, FP, 2, 0, 0.1f, 1, 0});
@@ -1004,6 +1007,13 @@ int main(int argc, char **argv) {
         cases.push_back({2, 90, 257, 2, 2, 128, 0, BF, 0, 0, 0, 1, 0});
         cases.push_back({1, 33, 1030, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});
         cases.push_back({1, 2000, 200, 2, 2, 128, 0, BF, 0, 0, 0, 0, 0});
+        // ... with Sk a multiple of 128 (the causal dense walk with an unreachable diagonal):
+        // Sq > Sk, Sq < 80, strided MQA, a NaN row, Sq not a multiple of 80
+        cases.push_back({1, 2000, 256, 2, 2, 128, 0, BF, 0, 0, 0, 0, 0});
+        cases.push_back({1, 33, 1024, 2, 1, 128, 0, FP, 0, 0, 0, 0, 0});
+        cases.push_back({2, 90, 384, 4, 1, 128, 0, BF, 0, 0, 0, 1, 0});
+        cases.push_back({1, 256, 384, 4, 2, 128, 0, BF, 0, 0, 0, 0, 1});
+        cases.push_back({1, 1000, 768, 3, 1, 128, 0, FP, 0, 0, 0, 0, 0});
         // Dense causal head dim 128 (the 80-row kernel with the diagonal): Sq < Sk with MQA, many
         // row tiles, strided, Sq > Sk with rows that see no key, Sq < 80. (No NaN row: every
         // kernel, as a dense MMA would, spreads a NaN q row into the dK rows of the keys it
@@ -1019,6 +1029,9 @@ int main(int argc, char **argv) {
         // rows picked); masked causal Sq > Sk.
         cases.push_back({1, 300, 500, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
         cases.push_back({2, 170, 257, 2, 2, 128, 0, FP, 1, 1.0, 0, 1, 0});
+        // ... non-causal with Sk a multiple of 128 (the causal dense walk, no diagonal), a NaN row
+        cases.push_back({1, 300, 512, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
+        cases.push_back({2, 170, 384, 2, 2, 128, 0, FP, 1, 1.0, 0, 1, 1});
         cases.push_back({1, 700, 700, 2, 1, 128, 1, BF, 1, 0.97, 0, 0, 0});
         cases.push_back({1, 700, 900, 2, 1, 128, 1, FP, 1, 1.0, 0, 0, 0});  // causal, every tile
         cases.push_back({1, 900, 300, 2, 2, 128, 1, FP, 1, 0.5, 0, 0, 0});
@@ -1072,7 +1085,8 @@ int main(int argc, char **argv) {
     }
     int fails = 0;
     const bool quick = !strcmp(what, "small") || !strcmp(what, "small64") ||
-                       !strcmp(what, "smallpc") || !strcmp(what, "smallp");
+                       !strcmp(what, "smallpc") || !strcmp(what, "smallp") ||
+                       !strcmp(what, "smallnc");
     if (!quick) fails += !check_tile_reference();
     for (auto &c : cases) fails += !run_case(c);
     // Tn over every register-sort width of the warp selection kernel (1..32 keys per lane) and

@@ -299,12 +299,12 @@ __device__ __forceinline__ void r80_reduce_packed(const bwd_params &p, uint32_t 
 }
 
 // The first 80-row tile of key tile n that a causal mask leaves anything in: tile m's last row
-// 80m + 79 sees the keys j <= 80m + 79 + Sk - Sq. (The last tile always does: its last row is
-// Sq - 1, which sees every key.) 0 without a causal mask.
+// 80m + 79 sees the keys j <= 80m + 79 + diag (bwd_params::diag: Sk - Sq on causal calls). (The
+// last tile always does: its last row is Sq - 1, which sees every key.) 0 without a causal mask.
 template <bool CAUSAL>
-__device__ __forceinline__ int r80_first_tile(const bl_bwd_dims &dm, int64_t n) {
+__device__ __forceinline__ int r80_first_tile(int64_t diag, int64_t n) {
     if (!CAUSAL) return 0;
-    const int64_t need = n * BN - (dm.seqlen_k - dm.seqlen_q) - (BM80 - 1);  // 80 m >= need
+    const int64_t need = n * BN - diag - (BM80 - 1);  // 80 m >= need
     return need <= 0 ? 0 : (int)((need + BM80 - 1) / BM80);
 }
 
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
-                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
                                            : (int)dm.group * (tiles_m - m_first);
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int64_t key_room = dm.seqlen_k - cl.n * BN;
                 const int key_limit = key_room < BN ? (int)key_room : BN;
                 // CAUSAL packed: query q sees key cl.n * BN + jr where jr <= q + causal_base
-                const int causal_base = (int)(dm.seqlen_k - dm.seqlen_q - cl.n * BN);
+                const int causal_base = (int)(p.diag - cl.n * BN);
                 // A masked call's entries are read one ahead: the load's latency then overlaps
                 // the waits instead of delaying the TMA issue.
                 int code_next = aligned && count > 0 ? list[0] : 0;
@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int k = 0;; ++k) {
                 const ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
-                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(dm, cl.n);
+                const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
                                            : (int)dm.group * (tiles_m - m_first);
@@ -529,10 +529,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         if (cl.count < 0) break;
         const int count = aligned  ? cl.count80
                           : packed ? bl_bwd_packed_count(cl.count)
-                                   : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(dm, cl.n));
+                                   : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(p.diag, cl.n));
         const int64_t key0 = cl.n * BN;
         // CAUSAL: query 80m + ir sees key key0 + jr where jr - ir <= 80m + causal_base.
-        const int causal_base = (int)(dm.seqlen_k - dm.seqlen_q - key0);
+        const int causal_base = (int)(p.diag - key0);
 
         float dk_acc[ND * 4], dv_acc[ND * 4];
 #pragma unroll
