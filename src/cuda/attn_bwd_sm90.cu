@@ -150,7 +150,7 @@ template <typename T>
 bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_cols,
                         cudaStream_t stream) {
     const size_t smem = r80_smem::BYTES;
-    // a dense non-causal call with a diagonal no entry reaches takes the causal dense walk
+    // a non-causal call's dense walk with a diagonal no entry reaches takes the causal one
     const bool causal_walk = p.causal || p.diag == BL_BWD_DIAG_NONE;
     auto kernel = causal_walk ? (entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS>
                               : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED>

@@ -340,7 +340,8 @@ __device__ __forceinline__ void r80_start_acc(float (&acc)[N]) {
 }
 
 // p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G, PACKED:
-// BL_DQ_TILES64R. CAUSAL: p.causal is set.
+// BL_DQ_TILES64R. CAUSAL: the walk cuts at p.diag (p.causal set, or a non-causal call's dense
+// walk with p.diag = BL_BWD_DIAG_NONE: attn_bwd_sm90.cu).
 template <typename T, bool CAUSAL, int ENTRIES>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     constexpr bool ZERO_ACC = r80_zero_acc<CAUSAL, ENTRIES>();
