@@ -71,9 +71,10 @@ struct bwd_params {
     // SMs free up), whose K / V and first pair this CTA prefetches into L2. 0: no prefetch.
     int prefetch_ahead;
     // The 80-row kernel's causal walks: query i sees key j where j <= i + diag. Sk - Sq on causal
-    // calls; BL_BWD_DIAG_NONE where a dense non-causal call takes the causal dense walk, whose
-    // loop measured 2-8 % cheaper a tile than the non-causal one (bench/results/
-    // bwd-s63-causal-code-ab.txt run 4). Last, as dq_writers.
+    // calls; BL_BWD_DIAG_NONE where a non-causal call's dense walk (a dense call's; a masked
+    // call's whose mask keeps every tile) takes the causal dense walk, whose loop measured 2-8 %
+    // cheaper a tile than the non-causal one (bench/results/bwd-s63-causal-code-ab.txt run 4,
+    // bwd-s64-nc-on-causal-walk.txt). Last, as dq_writers.
     int64_t diag;
 };
 // A diagonal no entry reaches: every cut of the causal walk falls below every element (room and
