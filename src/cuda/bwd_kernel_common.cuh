@@ -74,7 +74,7 @@ struct bwd_params {
     // calls; BL_BWD_DIAG_NONE where a non-causal call's dense walk (a dense call's; a masked
     // call's whose mask keeps every tile) takes the causal dense walk, whose loop measured 2-8 %
     // cheaper a tile than the non-causal one (bench/results/bwd-s63-causal-code-ab.txt run 4,
-    // bwd-s64-nc-on-causal-walk.txt). Last, as dq_writers.
+    // bwd-s64-nc-on-causal-walk.txt). Last, for the reason dq_writers gives.
     int64_t diag;
 };
 // A diagonal no entry reaches: every cut of the causal walk falls below every element (room and
