@@ -17,7 +17,9 @@ skip_module_without_cuda_backend()
 
 DEV = "cuda"
 DTYPES = [torch.bfloat16, torch.float16]
-LENGTHS = [(1, 1), (63, 63), (65, 130), (130, 63), (130, 130), (129, 257), (1000, 1000)]
+# (130, 256): keys filling whole 128-key tiles, where a non-causal head-dim-128 backward runs the
+# causal dense walk with an unreachable diagonal (attn_bwd_sm90.cu)
+LENGTHS = [(1, 1), (63, 63), (65, 130), (130, 63), (130, 130), (129, 257), (130, 256), (1000, 1000)]
 
 
 def tile():
@@ -251,14 +253,16 @@ def test_gpu_masked_causal_packed_entries(dtype):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal):
+@pytest.mark.parametrize("sk", [900, 1024])
+def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal, sk):
     """A mask that keeps every tile gives the dense call's gradients: the device runs the dense
     kernel for it (with a causal mask, for a mask keeping every tile the causal mask allows),
-    whose dK and dV sum in a fixed order: the same bits."""
-    q, k, v = random_qkv(1, 700, 900, 4, 2, 128, torch.bfloat16, DEV)
+    whose dK and dV sum in a fixed order: the same bits. Sk = 1024 fills whole key tiles: without
+    a causal mask both calls then take the causal dense walk (attn_bwd_sm90.cu)."""
+    q, k, v = random_qkv(1, 700, sk, 4, 2, 128, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
-    tm, tn = back_lite.num_tiles(700, 900, DEV)
+    tm, tn = back_lite.num_tiles(700, sk, DEV)
     mask = torch.ones(1, 4, tm, tn, dtype=torch.bool, device=DEV)
     dense = back_lite.backward(dout, q, k, v, out, lse, causal=causal)
     full = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
