@@ -13,6 +13,9 @@
 //        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu \
 //        src/select.c src/error.c
 // Run: ./attn_bwd check | ./attn_bwd small | ./attn_bwd bench
+// `small`, `small64`, `smallp`, `smallpc`, `smallnc`: a few tiny cases for compute-sanitizer
+// (everything quick; head dim 64; the non-causal packed / aligned walks; the causal packed walk;
+// non-causal calls on the causal dense walk).
 // Every case runs the shipped kernel of its head dim, the same kernel with cp.async row tiles
 // (the library's fallback where TMA cannot describe Q / dO), the mma.sync kernel when built in,
 // and the previous version (D = 64: version 1 of bwd_wgmma_sm90.cuh; D = 128: version 3b).
