@@ -956,6 +956,9 @@ int main(int argc, char **argv) {
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 0, 0, kPickPacked});
         cases.push_back({1, 1600, 300, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 1, 0, kPickPacked});
         cases.push_back({1, 160, 700, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
+        // ... with Sk a multiple of 128: their KEYS_FULL forms
+        cases.push_back({1, 1600, 256, 4, 1, 128, 0, BF, 1, 0.85, 0, 0, 1, 0, kPickPacked});
+        cases.push_back({1, 160, 768, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
     } else if (!strcmp(what, "smallnc")) {  // ... non-causal calls on the causal dense walk
         cases.push_back({1, 170, 256, 2, 1, 128, 0, BF, 0, 0, 0, 0, 0});
         cases.push_back({1, 170, 256, 2, 1, 128, 0, BF, 1, 1.0, 0, 0, 0});
@@ -1045,11 +1048,19 @@ int main(int argc, char **argv) {
         cases.push_back({1, 2000, 700, 4, 1, 128, 0, BF, 1, 0.7, 0, 0, 0, 0, kPickPacked});
         cases.push_back({2, 1400, 400, 8, 1, 128, 0, FP, 1, 0.5, 0, 1, 0, 0, kPickPacked});
         cases.push_back({1, 3000, 500, 2, 1, 128, 0, BF, 1, 0.9, 0, 0, 0, 0, kPickPacked});
+        // ... with Sk a multiple of 128 (the walks without key-limit selects, KEYS_FULL): MQA,
+        // strided fp16, a NaN row
+        cases.push_back({1, 2000, 768, 4, 1, 128, 0, BF, 1, 0.7, 0, 0, 0, 0, kPickPacked});
+        cases.push_back({2, 1400, 384, 8, 1, 128, 0, FP, 1, 0.5, 0, 1, 0, 0, kPickPacked});
+        cases.push_back({1, 3000, 512, 2, 1, 128, 0, BF, 1, 0.9, 0, 0, 1, 0, kPickPacked});
         // ... at 99 %, where aligned and packed entries are about as many (either may run), and
         // three-tile columns at 95 %, where the aligned entries are the fewer (2 80-row tiles a
         // head against ceil(4 c / 5) of c <= 12 kept 64-row tiles: >= 12 % fewer in simulation)
         cases.push_back({1, 1500, 400, 2, 1, 128, 0, FP, 1, 0.99, 0, 0, 0, 0, kPickAny});
         cases.push_back({1, 160, 700, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
+        // ... KEYS_FULL: Sk a multiple of 128; GQA, strided, a NaN row
+        cases.push_back({1, 160, 768, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
+        cases.push_back({2, 160, 384, 4, 2, 128, 0, BF, 1, 0.95, 0, 1, 1, 0, kPickAligned});
         // Masked causal calls on packed entries (each piece with its own diagonal), MQA with
         // columns of many kept 64-row tiles (packed costs 76 x ceil(4 c / 5) against 64 c: ~5 %
         // less in these totals, where the per-column rounding is 0.1 %): Sq = Sk not a multiple

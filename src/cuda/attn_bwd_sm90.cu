@@ -152,11 +152,15 @@ bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_co
     const size_t smem = r80_smem::BYTES;
     // a non-causal call's dense walk with a diagonal no entry reaches takes the causal one
     const bool causal_walk = p.causal || p.diag == BL_BWD_DIAG_NONE;
+    // a non-causal masked call's walks without the key-limit selects where Sk fills whole columns
+    const bool keys_full = p.dm.seqlen_k % BL_BWD_TN == 0;
     auto kernel = causal_walk ? (entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS>
                               : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED>
                                                       : bwd_ws128r80_kernel<T, true, R80_DENSE>)
-                  : entries == R80_MASKED ? bwd_ws128r80_kernel<T, false, R80_MASKED>
-                  : entries == R80_PACKED ? bwd_ws128r80_kernel<T, false, R80_PACKED>
+                  : entries == R80_MASKED ? (keys_full ? bwd_ws128r80_kernel<T, false, R80_MASKED, true>
+                                                       : bwd_ws128r80_kernel<T, false, R80_MASKED>)
+                  : entries == R80_PACKED ? (keys_full ? bwd_ws128r80_kernel<T, false, R80_PACKED, true>
+                                                       : bwd_ws128r80_kernel<T, false, R80_PACKED>)
                                           : bwd_ws128r80_kernel<T, false, R80_DENSE>;
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -341,12 +341,15 @@ __device__ __forceinline__ void r80_start_acc(float (&acc)[N]) {
 
 // p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G, PACKED:
 // BL_DQ_TILES64R. CAUSAL: the walk cuts at p.diag (p.causal set, or a non-causal call's dense
-// walk with p.diag = BL_BWD_DIAG_NONE: attn_bwd_sm90.cu).
-template <typename T, bool CAUSAL, int ENTRIES>
+// walk with p.diag = BL_BWD_DIAG_NONE: attn_bwd_sm90.cu). KEYS_FULL (non-causal masked walks):
+// Sk is a multiple of BN, so every column's keys fill it and the key-limit selects go.
+template <typename T, bool CAUSAL, int ENTRIES, bool KEYS_FULL = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     constexpr bool ZERO_ACC = r80_zero_acc<CAUSAL, ENTRIES>();
     static_assert(!(CAUSAL && ENTRIES == R80_MASKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
                   "aligned masked entries: LISTS with a causal mask, MASKED without one");
+    static_assert(!KEYS_FULL || (!CAUSAL && ENTRIES != R80_DENSE),
+                  "KEYS_FULL: the non-causal masked walks (the dense one takes the causal walk)");
     constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
     constexpr bool MASKED = ENTRIES == R80_MASKED || PACKED;  // (staged query-group major)
     // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
@@ -447,7 +450,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     r80_packed_entry e;
                     if (packed) e = r80_packed(p, cl, it);  // (its list loads before the wait)
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
-                    if (!CAUSAL) s_entry[2 + buf] = key_limit;  // released by the FULL arrive
+                    if (!CAUSAL && !KEYS_FULL) s_entry[2 + buf] = key_limit;  // released by the FULL arrive
                     if (CAUSAL && packed) {
                         // Each piece's room (the consumers' causal branch): entry row ir of
                         // piece A is query 64 ma + 64 - rows_a + ir, of piece B
@@ -632,16 +635,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 // reloads: 2-4 % of the dense call, bench/results/bwd-s14-rows80.txt, run 11). The
                 // limit comes from the producer with each entry (s_entry[2 + buf]): held in a
                 // register across the entry loop, ptxas spilled it to local memory once per entry.
-                const int key_limit = s_entry[2 + buf];
-                const bool key_ok0 = kw + lg < key_limit, key_ok1 = kw + lg + 8 < key_limit;
+                const int key_limit = KEYS_FULL ? BN : s_entry[2 + buf];
+                const bool key_ok0 = KEYS_FULL || kw + lg < key_limit;
+                const bool key_ok1 = KEYS_FULL || kw + lg + 8 < key_limit;
                 // Two forms of the same select, by what ptxas makes of each (ncu, locked clocks,
                 // bench/results/bwd-s28-r80-key-limit.txt run 7): written as one expression,
                 // key_ok ? exp2f(fmaf(..)) : 0, it predicates each element's FFMA and MUFU and
                 // reloads the scale from the constant bank under the predicate (40 LDC per entry),
                 // which the dense walk runs 1-1.6 % faster with; the FFMA first and only the
                 // exponential selected (no LDC, 38-51 fewer instructions per entry) makes the
-                // aligned and packed walks 1.9-2.5 % faster.
-                if constexpr (ENTRIES == R80_DENSE) {
+                // aligned and packed walks 1.9-2.5 % faster. KEYS_FULL: no selects; its loops
+                // take the dense walk's form, dV in two parts after all the exponentials (the
+                // aligned walk 3 + 2 k-steps, the packed one 1 + 4: its only split that compiles
+                // without spills in the loop, 611 instructions against 647).
+                if constexpr (ENTRIES == R80_DENSE || KEYS_FULL) {
 #pragma unroll
                     for (int t = 0; t < NQ; ++t) {
                         const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
@@ -654,8 +661,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                         s[4 * t + 3] =
                             key_ok1 ? exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y)) : 0.0f;
                     }
-                    issue_dv(0, 3);
-                    issue_dv(3, KSTEPS_Q);
+                    issue_dv(0, PACKED ? 1 : 3);
+                    issue_dv(PACKED ? 1 : 3, KSTEPS_Q);
                 } else {
 #pragma unroll
                     for (int ks = 0; ks < KSTEPS_Q; ++ks) {
