@@ -194,15 +194,19 @@ def test_gpu_select_is_the_cpu_rule_bit_for_bit(tiles_n):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("sq, keep", [(3000, 0.6), (3000, 0.97), (160, 0.95)])
-def test_gpu_masked_80_row_entries(dtype, sq, keep):
+@pytest.mark.parametrize("keys_fill_tiles", [False, True], ids=["sk_partial", "sk_whole"])
+def test_gpu_masked_80_row_entries(dtype, sq, keep, keys_fill_tiles):
     """Masked head-dim-128 calls without a causal mask that the device runs on 80-row entries,
     4 query heads on one K / V head: at 60 % kept packed ones (a key tile's kept 64-row tiles end
     to end: ~110 of them per key tile here, so the rule picks packed entries whatever the
     rounding -- the dev checker's packed cases assert that pick); at 97 % packed and aligned
     entries are about as many (either may run); three-tile columns at 95 % take aligned ones (the
     dev checker's case that asserts it). Sq is a multiple of neither 64 nor 80 in the first two
-    (padding rows from past the sequence end)."""
-    q, k, v = random_qkv(1, sq, 300 if sq > 1000 else 700, 4, 1, 128, dtype, DEV)
+    (padding rows from past the sequence end). Sk ends inside its last 128-key tile, or fills it
+    (the same number of key tiles, so the same pick): then the walks without key-limit selects
+    run (KEYS_FULL in bwd_ws128r80_sm90.cuh)."""
+    sk = (384 if keys_fill_tiles else 300) if sq > 1000 else (768 if keys_fill_tiles else 700)
+    q, k, v = random_qkv(1, sq, sk, 4, 1, 128, dtype, DEV)
     dout = torch.randn(q.shape, device=DEV).to(dtype)
     out, lse, _ = back_lite.forward(q, k, v)
     tm, tn = back_lite.num_tiles(q.shape[1], k.shape[1], DEV)
