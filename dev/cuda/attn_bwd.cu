@@ -972,6 +972,8 @@ int main(int argc, char **argv) {
         cases.push_back({1, 170, 300, 2, 1, 128, 1, BF, 1, 1.0, 0, 0, 0});  // causal, every tile: dense
         // version 10 storing row tiles of one entry, row tiles nobody keeps
         cases.push_back({1, 500, 700, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
+        // ... its KEYS_FULL form (no causal mask, Sk % 128 == 0)
+        cases.push_back({1, 500, 768, 2, 2, 128, 0, BF, 1, 0.2, 0, 0, 0, 0, kPickRows64});
         // ... with ~10 entries per row tile: version 10 without its direct dQ (its DIRECT form
         // only up to 4.5 entries a row tile, bl_bwd_dq_direct_chosen), tiles of one entry adding
         // into the zeros
@@ -1085,6 +1087,10 @@ int main(int argc, char **argv) {
         cases.push_back({1, 320, 128 * 130, 2, 1, 128, 0, BF, 1, 0.02, 0, 0, 0, 0, kPickRows64});
         // ~10 entries per row tile: version 10 without its direct dQ (bl_bwd_dq_direct_chosen)
         cases.push_back({1, 512, 8192, 2, 1, 128, 0, FP, 1, 0.15, 0, 1, 0, 0, kPickRows64});
+        // Version 10's KEYS_FULL form (no causal mask, Sk % 128 == 0), direct dQ: GQA with Sq
+        // not a multiple of 64 and a NaN row; MQA, strided, two batches
+        cases.push_back({1, 700, 1024, 4, 2, 128, 0, FP, 1, 0.05, 0, 0, 1, 0, kPickRows64});
+        cases.push_back({2, 330, 768, 3, 1, 128, 0, BF, 1, 0.06, 0, 1, 0, 0, kPickRows64});
         // More key tiles than a schedule window (264 / 528 positions on 132 SMs), in many
         // (batch, kv head) groups: masked (64 rows), dense causal with G = 2, dense non-causal
         // (80 rows), selected. (They checked dev/cuda/wip/bwd-lazy-dq-zero.patch, whose zeroing

@@ -104,7 +104,11 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
         if (tma && tma_kv && g_variant != BL_BWD_VARIANT_WGMMA128_V3B &&
             g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
             const size_t smem = WS_SMEM_BYTES;
-            auto kernel = without_dq ? bwd_ws128_kernel<T, false> : bwd_ws128_kernel<T, true>;
+            // Without a causal mask and with whole key tiles no entry is masked (KEYS_FULL).
+            const bool keys_full = !p.causal && p.dm.seqlen_k % BN == 0;
+            auto kernel = without_dq  ? bwd_ws128_kernel<T, false>
+                          : keys_full ? bwd_ws128_kernel<T, true, false, true>
+                                      : bwd_ws128_kernel<T, true>;
             // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB).
             int sms = 0;
             BL_TRY(bl_sm_count(&sms));
@@ -113,7 +117,8 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             // With p.dq_direct the DIRECT form first: the device picks one of the two, the
             // other returns at once (bl_bwd_dq_direct_chosen).
             if (p.dq_direct && !without_dq) {
-                auto direct = bwd_ws128_kernel<T, true, true>;
+                auto direct = keys_full ? bwd_ws128_kernel<T, true, true, true>
+                                        : bwd_ws128_kernel<T, true, true>;
                 BL_CUDA_CHECK(cudaFuncSetAttribute(
                     direct, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
                 direct<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);

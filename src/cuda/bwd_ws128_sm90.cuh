@@ -275,9 +275,14 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
 // constants ptxas scheduled the entry loop worse (967 instructions against 942), the kernel 5 us
 // slower at 16k x 16 x 128 1 % kept and 20 us at 32k x 24 causal 3 %
 // (bench/results/bwd-s53-direct-threshold.txt, run 3).
-template <typename T, bool WITH_DQ = true, bool DIRECT = false>
+// KEYS_FULL: a call without a causal mask whose keys fill whole key tiles (Sk % BN == 0, chosen
+// in launch_main): no entry needs the mask, so the P^T phase compiles without its eight guarded
+// mask blocks and the consumers without the query tile's division (m is the mask's only use
+// there): the entry loop 571 instructions against 865 (DIRECT 652 against 942).
+template <typename T, bool WITH_DQ = true, bool DIRECT = false, bool KEYS_FULL = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
     static_assert(WITH_DQ || !DIRECT, "the direct dQ needs the dQ");
+    static_assert(WITH_DQ || !KEYS_FULL, "KEYS_FULL: the shipped forms only");
     // A masked call may launch this kernel and then the 80-row one (bwd_ws128r80_sm90.cuh) as
     // its programmatic dependent, released at once (its CTAs take an SM only as this kernel's
     // leave it, and wait for this grid to complete); the one the entry totals do not pick
@@ -550,8 +555,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
                 const int64_t row0 = (int64_t)m * BM;
                 const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
-                const bool need_mask = key0 + BN > dm.seqlen_k ||
-                                       (p.causal && key0 + BN - 1 > row0 + diag);
+                const bool need_mask = !KEYS_FULL && (key0 + BN > dm.seqlen_k ||
+                                                      (p.causal && key0 + BN - 1 > row0 + diag));
                 const int64_t key_room = dm.seqlen_k - key0;
                 const int key_limit = key_room < BN ? (int)key_room : BN;
                 int64_t causal_room = row0 + diag - key0;
