@@ -491,8 +491,9 @@ static int run_case(const Case &c) {
         bl_bwd_workspace_layout(bl_bwd_make_dims(&desc), ws, &w);
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
+        const bool keys_full = bl_bwd_keys_full(bl_bwd_make_dims(&desc), c.causal != 0);
         pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
-               : !bl_bwd_rows80_chosen(tot, c.causal)
+               : !bl_bwd_rows80_chosen(tot, c.causal, keys_full)
                    ? (bl_bwd_dq_direct_chosen(tot, bl_bwd_make_dims(&desc)) ? " [64 rows, direct dQ]"
                                                                             : " [64 rows]")
                : !bl_bwd_packed_chosen(tot, c.causal) ? " [80 rows]"
@@ -509,11 +510,11 @@ static int run_case(const Case &c) {
         if (bl_bwd_masked_full(tot) != full) ok = 0;
         // Cases written for packed (or aligned) entries must still reach them: a change of the
         // cost constants would otherwise leave that path unchecked without a word.
-        const bool packed = bl_bwd_rows80_chosen(tot, c.causal) && !bl_bwd_masked_full(tot) &&
+        const bool packed = bl_bwd_rows80_chosen(tot, c.causal, keys_full) && !bl_bwd_masked_full(tot) &&
                             bl_bwd_packed_chosen(tot, c.causal);
-        const bool aligned = bl_bwd_rows80_chosen(tot, c.causal) && !bl_bwd_masked_full(tot) &&
+        const bool aligned = bl_bwd_rows80_chosen(tot, c.causal, keys_full) && !bl_bwd_masked_full(tot) &&
                              !packed;
-        const bool rows64 = !bl_bwd_rows80_chosen(tot, c.causal);
+        const bool rows64 = !bl_bwd_rows80_chosen(tot, c.causal, keys_full);
         if (variant == BL_BWD_VARIANT_WGMMA && ((c.pick == kPickPacked && !packed) ||
                                                 (c.pick == kPickAligned && !aligned) ||
                                                 (c.pick == kPickRows64 && !rows64)))

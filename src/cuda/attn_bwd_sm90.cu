@@ -105,7 +105,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             g_variant != BL_BWD_VARIANT_WGMMA128_V6) {
             const size_t smem = WS_SMEM_BYTES;
             // Without a causal mask and with whole key tiles no entry is masked (KEYS_FULL).
-            const bool keys_full = !p.causal && p.dm.seqlen_k % BN == 0;
+            const bool keys_full = bl_bwd_keys_full(p.dm, p.causal != 0);
             auto kernel = without_dq  ? bwd_ws128_kernel<T, false>
                           : keys_full ? bwd_ws128_kernel<T, true, false, true>
                                       : bwd_ws128_kernel<T, true>;
@@ -158,7 +158,7 @@ bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_co
     // a non-causal call's dense walk with a diagonal no entry reaches takes the causal one
     const bool causal_walk = p.causal || p.diag == BL_BWD_DIAG_NONE;
     // a non-causal masked call's walks without the key-limit selects where Sk fills whole columns
-    const bool keys_full = p.dm.seqlen_k % BL_BWD_TN == 0;
+    const bool keys_full = bl_bwd_keys_full(p.dm, false);
     auto kernel = causal_walk ? (entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS>
                               : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED>
                                                       : bwd_ws128r80_kernel<T, true, R80_DENSE>)

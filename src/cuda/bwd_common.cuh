@@ -81,10 +81,15 @@ struct bl_bwd_workspace {
 // are fewer. With a causal mask a packed entry costs 1.1 % more (the per-tile diagonal cuts:
 // 8k x 16 causal at 96 % kept, 25.96 against 25.68 ns an entry, ncu's 10 us steps +-0.4 % each,
 // bwd-s62-pick-costs.txt run 2; 2.6 % before 11a4f9b), so there they count 76 against 75.
+// Where no causal mask is given and the keys fill whole key tiles (bl_bwd_keys_full) version 10
+// and the packed walk run their KEYS_FULL forms, without mask code: there a packed entry
+// costs 79 (break-evens 78.9-79.5 at 5 / 10 / 25 % kept, 16k x 16 and 32k x 24,
+// bench/results/bwd-s66-v10-keys-full.txt run 2).
 enum {
     BL_R80_ENTRY_COST = 75,
     BL_R64_ENTRY_COST = 64,
     BL_PACKED_ENTRY_COST = 78,
+    BL_PACKED_ENTRY_COST_KEYS_FULL = 79,
     BL_PACKED_ENTRY_COST_CAUSAL = 77,
     BL_PACKED_VS_ALIGNED_COST = 75,
     BL_PACKED_VS_ALIGNED_COST_CAUSAL = 76
@@ -127,12 +132,19 @@ __host__ __device__ inline bool bl_bwd_packed_chosen(const unsigned long long *t
         causal ? BL_PACKED_VS_ALIGNED_COST_CAUSAL : BL_PACKED_VS_ALIGNED_COST;
     return totals[3] != 0 && totals[3] * packed_cost < totals[1] * BL_R80_ENTRY_COST;
 }
+// Whether a call's kernels run their KEYS_FULL forms (no causal mask, Sk a multiple of the key
+// tile: no entry needs a mask): version 10 (bwd_ws128_sm90.cuh) and the non-causal masked 80-row
+// walks (bwd_ws128r80_sm90.cuh), launched in attn_bwd_sm90.cu.
+__host__ __device__ inline bool bl_bwd_keys_full(const bl_bwd_dims &dm, bool causal) {
+    return !causal && dm.seqlen_k % BL_BWD_TN == 0;
+}
 // Whether a masked call's 80-row entries (the cheaper of the aligned and the packed ones) cost
-// less than its 64-row ones.
+// less than its 64-row ones. keys_full: bl_bwd_keys_full (a compile-time constant in the kernels).
 __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *totals,
-                                                      bool causal) {
-    const unsigned long long packed_cost =
-        causal ? BL_PACKED_ENTRY_COST_CAUSAL : BL_PACKED_ENTRY_COST;
+                                                      bool causal, bool keys_full) {
+    const unsigned long long packed_cost = causal      ? BL_PACKED_ENTRY_COST_CAUSAL
+                                           : keys_full ? BL_PACKED_ENTRY_COST_KEYS_FULL
+                                                       : BL_PACKED_ENTRY_COST;
     const unsigned long long cost80 = bl_bwd_packed_chosen(totals, causal)
                                           ? totals[3] * packed_cost
                                           : totals[1] * BL_R80_ENTRY_COST;
@@ -156,8 +168,8 @@ __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals,
-                                                     bool causal) {
-    return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals, causal);
+                                                     bool causal, bool keys_full) {
+    return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals, causal, keys_full);
 }
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);

@@ -407,7 +407,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     // whether version 10 ran in its DIRECT form (bwd_ws128_kernel)
     dq_direct = dq_direct && bl_bwd_dq_direct_chosen(totals, dm);
     if (CAUSAL) {
-        if (!bl_bwd_rows80_chosen(totals, true)) {
+        if (!bl_bwd_rows80_chosen(totals, true, false)) {
             if (blk < r80_blocks)
                 postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq_direct,
                                                      dq, sb, ss, sh, blk, part);
@@ -421,7 +421,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
         }
         return;
     }
-    const bool full = bl_bwd_masked_full(totals), rows80 = bl_bwd_rows80_cheaper(totals, false);
+    const bool full = bl_bwd_masked_full(totals);
+    const bool rows80 = bl_bwd_rows80_cheaper(totals, false, bl_bwd_keys_full(dm, false));
     if (full || (rows80 && !bl_bwd_packed_chosen(totals, false))) {
         if (blk >= r80_blocks) return;
         if (full)

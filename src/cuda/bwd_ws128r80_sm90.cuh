@@ -365,13 +365,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         if constexpr (CAUSAL && PACKED) {
             griddep_launch_dependents();  // the dense walk behind it
             griddep_wait();
-            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true) ||
+            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true, false) ||
                 !bl_bwd_packed_chosen(p.totals, true))
                 return;
         } else if constexpr (CAUSAL && LISTS) {
             griddep_launch_dependents();  // the packed kernel behind it
             griddep_wait();
-            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true) ||
+            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true, false) ||
                 bl_bwd_packed_chosen(p.totals, true))
                 return;
         } else if constexpr (CAUSAL) {
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             if (MASKED) griddep_launch_dependents();
             griddep_wait();
             const bool full = bl_bwd_masked_full(p.totals);
-            if (MASKED ? full || !bl_bwd_rows80_cheaper(p.totals, false) ||
+            if (MASKED ? full || !bl_bwd_rows80_cheaper(p.totals, false, KEYS_FULL) ||
                              bl_bwd_packed_chosen(p.totals, false) != PACKED
                        : !full)
                 return;
