@@ -65,7 +65,10 @@ def test_video_choice_mirrors_the_device_costs():
         raise AssertionError(f"{names} not assigned in video_choice.py")
 
     assert assigned("COST64", "COST80") == [costs["BL_R64_ENTRY_COST"], costs["BL_R80_ENTRY_COST"]]
-    assert assigned("COST_PACKED", "COST_PACKED_CAUSAL") == [
-        costs["BL_PACKED_ENTRY_COST"], costs["BL_PACKED_ENTRY_COST_CAUSAL"]]
+    assert assigned("COST_PACKED", "COST_PACKED_KEYS_FULL", "COST_PACKED_CAUSAL") == [
+        costs["BL_PACKED_ENTRY_COST"], costs["BL_PACKED_ENTRY_COST_KEYS_FULL"],
+        costs["BL_PACKED_ENTRY_COST_CAUSAL"]]
+    assert assigned("KEY_TILE") == [int(re.search(r"#define BL_TILE_N (\d+)",
+                                                  (ROOT / "include/backlite.h").read_text())[1])]
     assert assigned("COST_PACKED_VS_ALIGNED", "COST_PACKED_VS_ALIGNED_CAUSAL") == [
         costs["BL_PACKED_VS_ALIGNED_COST"], costs["BL_PACKED_VS_ALIGNED_COST_CAUSAL"]]

@@ -19,10 +19,11 @@ import bench_attn  # noqa: E402  (video_qkv, NEGL_PROBS)
 from back_lite import functional as blf  # noqa: E402
 
 TM, TM80, COST64, COST80 = 64, 80, 64, 75
-# packed entries: against version 10's (79 without a causal mask where the keys fill whole key
-# tiles, as the bench's do: bl_bwd_keys_full; 77 with a causal mask: bl_bwd_rows80_cheaper), and
-# against the aligned ones (bl_bwd_packed_chosen: 75, 76 with a causal mask)
-COST_PACKED, COST_PACKED_CAUSAL = 79, 77
+# packed entries: against version 10's (78; 79 without a causal mask where the keys fill whole
+# key tiles, bl_bwd_keys_full; 77 with a causal mask: bl_bwd_rows80_cheaper), and against the
+# aligned ones (bl_bwd_packed_chosen: 75, 76 with a causal mask)
+COST_PACKED, COST_PACKED_KEYS_FULL, COST_PACKED_CAUSAL = 78, 79, 77
+KEY_TILE = 128
 COST_PACKED_VS_ALIGNED, COST_PACKED_VS_ALIGNED_CAUSAL = 75, 76
 
 
@@ -61,7 +62,8 @@ def main():
         t64, t80, packed = entry_totals(m, s)
         vs_aligned = COST_PACKED_VS_ALIGNED_CAUSAL if args.causal else COST_PACKED_VS_ALIGNED
         use_packed = packed * vs_aligned < t80 * COST80
-        cost_packed = COST_PACKED_CAUSAL if args.causal else COST_PACKED
+        cost_packed = (COST_PACKED_CAUSAL if args.causal
+                       else COST_PACKED_KEYS_FULL if s % KEY_TILE == 0 else COST_PACKED)
         cost80 = packed * cost_packed if use_packed else t80 * COST80
         ratio = cost80 / max(1, t64 * COST64)
         pick = "64 rows" if ratio >= 1 else "80 rows packed" if use_packed else "80 rows aligned"
