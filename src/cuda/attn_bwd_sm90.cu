@@ -424,7 +424,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         // drop nothing, and that loop measured 2-8 % cheaper a tile than the non-causal one
         // (bench/results/bwd-s63-causal-code-ab.txt run 4; bwd-s64-nc-on-causal-walk.txt). The
         // lists, schedule windows and dq layout stay the non-causal call's.
-        const bool nc_causal_walk = !d->causal && dm.seqlen_k % BL_BWD_TN == 0 &&
+        const bool nc_causal_walk = bl_bwd_keys_full(dm, d->causal != 0) &&
                                     dm.seqlen_q < BL_BWD_DIAG_NONE / 2;
         auto launch = [&](r80_entries e) {
             p.diag = e == R80_DENSE && nc_causal_walk ? BL_BWD_DIAG_NONE : dm.seqlen_k - dm.seqlen_q;
