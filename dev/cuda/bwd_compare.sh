@@ -9,7 +9,8 @@
 # (locked clocks; the event medians of identical kernels wander by 1-2 %), logs
 # $OUT/ncu__BUILD__MODE__ROUND.txt and per mode each kernel's median per build
 # (ncu_ab_summary.py; sparse64 and densenc run 3 shapes and sparse1 / sparsec / sparsen 2, reported apart).
-# With NCU the dev checker's dense reference call is skipped unless SKIP_DENSE=0.
+# With NCU the dev checker's dense reference call before sparse calls is skipped unless
+# SKIP_DENSE=0 (the dense-only modes -- one, one64, dense128, densenc -- time it regardless).
 # SKIP_CHECK=1: timings only (the same builds' check already ran on the device).
 # How bench/results/bwd-s9-persistent.txt (runs 6, 7) and bwd-s9-schedule.txt were made (events),
 # and bwd-s30-zero-acc.txt's runs (ncu, then as ad-hoc scripts of the same steps), e.g.
