@@ -16,3 +16,12 @@ def test_demo_small_cpu(capsys):
         assert all(0.5 < c <= 1.0 + 1e-9 for c in cosines)
     # the local video input is sparser at the larger negl_prob
     assert float(rows[1][2].rstrip("%")) > float(rows[0][2].rstrip("%"))
+
+
+def test_timer_pair_alternates():
+    # each round swaps which call goes first, so that drift does not favour one of them
+    calls = []
+    timer = demo.Timer(demo.torch.device("cpu"), repeats=4, warmup=1)
+    t_a, t_b, ratio = timer.pair(lambda: calls.append("a"), lambda: calls.append("b"))
+    assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert t_a > 0 and t_b > 0 and ratio > 0
