@@ -1,4 +1,6 @@
 """python -m back_lite.demo runs end to end (tiny shape) and prints its table."""
+import time
+
 import back_lite.demo as demo
 
 
@@ -22,6 +24,7 @@ def test_timer_pair_alternates():
     # each round swaps which call goes first, so that drift does not favour one of them
     calls = []
     timer = demo.Timer(demo.torch.device("cpu"), repeats=4, warmup=1)
-    t_a, t_b, ratio = timer.pair(lambda: calls.append("a"), lambda: calls.append("b"))
+    t_a, t_b, ratio = timer.pair(lambda: (calls.append("a"), time.sleep(0.001)),
+                                 lambda: (calls.append("b"), time.sleep(0.001)))
     assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert t_a > 0 and t_b > 0 and ratio > 0
