@@ -256,6 +256,30 @@ def test_gpu_masked_causal_packed_entries(dtype):
     check_masked_backward(got, q, k, v, out, dout, True, mask)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("sq, sk, keep, diagonal", [
+    (2048, 2048, 0.03, False), (256, 8192, 0.1, False), (2048, 2000, 0.05, False),
+    (2048, 2048, 0.03, True)], ids=["direct", "plain_sq_lt_sk", "sk_partial", "diagonal_kept"])
+def test_gpu_causal_version10_low_keeps(dtype, sq, sk, keep, diagonal):
+    """Masked causal head-dim-128 calls with one query head per kv head at low keeps, which run
+    on version 10 (bwd_ws128_sm90.cuh): about one entry per row tile takes its direct-dQ form;
+    Sq = 256 against Sk = 8192 puts ~6 entries on each row tile (the form with dQ reduce-adds)
+    and the diagonal in the last key tiles; Sk = 2000 ends inside its last key tile; and a mask
+    that keeps every tile the diagonal crosses (each column's first entry then needs the mask)."""
+    q, k, v = random_qkv(1, sq, sk, 2, 2, 128, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse, _ = back_lite.forward(q, k, v, causal=True)
+    tm, tn = back_lite.num_tiles(sq, sk, DEV)
+    gen = torch.Generator(device=DEV).manual_seed(2)
+    mask = torch.rand(1, 2, tm, tn, device=DEV, generator=gen) < keep
+    if diagonal:
+        bm, bn = tile()
+        for m in range(tm):  # the key tile holding the row tile's last query's diagonal key
+            mask[0, :, m, min((m * bm + bm - 1 + sk - sq) // bn, tn - 1)] = True
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=True)
+    check_masked_backward(got, q, k, v, out, dout, True, mask)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sk", [900, 1024])
 def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal, sk):
