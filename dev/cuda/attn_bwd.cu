@@ -1096,7 +1096,8 @@ int main(int argc, char **argv) {
         cases.push_back({2, 330, 768, 3, 1, 128, 0, BF, 1, 0.06, 0, 1, 0, 0, kPickRows64});
         // ... and causal with one query head per kv head at low keeps: the direct dQ; ~6
         // entries a row tile (reduce-adds) with the diagonal in the last key tiles, strided; Sk
-        // inside its last key tile with a NaN row; more key tiles than a schedule window
+        // inside its last key tile with a NaN row; more key tiles than a schedule window (a NaN
+        // row too)
         cases.push_back({1, 2048, 2048, 2, 2, 128, 1, BF, 1, 0.03, 0, 0, 0, 0, kPickRows64});
         cases.push_back({1, 256, 8192, 2, 2, 128, 1, FP, 1, 0.1, 0, 1, 0, 0, kPickRows64});
         cases.push_back({1, 2048, 2000, 2, 2, 128, 1, FP, 1, 0.05, 0, 1, 1, 0, kPickRows64});
