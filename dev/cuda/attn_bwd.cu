@@ -783,6 +783,16 @@ int main(int argc, char **argv) {
         bl_bwd_timeline_cols_print();
         return 0;
     }
+    if (!strcmp(what, "timelinecols80")) {  // the same places in the 80-row kernel: 16k x 16 x
+        // 128, mask keeping argv[2] (default 0.5; the masked walks run from ~10 % kept, and a
+        // keep of 1 or more times the dense call), "causal" as argv[3] for a causal mask
+        const double keep = argc > 2 ? atof(argv[2]) : 0.5;
+        if (keep >= 1.0) g_full_sweep = 0;
+        else g_sparse_only = keep;
+        bench_shape(1, 16384, 16, 128, argc > 3 && !strcmp(argv[3], "causal"));
+        bl_bwd_timeline_cols_print();
+        return 0;
+    }
     if (!strcmp(what, "timeline64")) {  // the same in the head-dim-64 kernel (8k x 16 x 64)
         bl_bwd_set_variant(BL_BWD_VARIANT_WGMMA);
         g_full_sweep = 0;

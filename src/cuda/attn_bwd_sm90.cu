@@ -485,8 +485,9 @@ extern "C" void bl_bwd_timeline_print(void) {
     }
 }
 
-// Dev only: the column stamps of bwd_ws128_kernel's CTA 0 in the last launch (`timelinecols`), in
-// clocks after the consumers' loop top of the same column.
+// Dev only: the column stamps of bwd_ws128_kernel's (`timelinecols`) or the 80-row kernel's
+// (`timelinecols80`) CTA 0 in the last launch that got past its pick, in clocks after the
+// consumers' loop top of the same column.
 extern "C" void bl_bwd_timeline_cols_print(void) {
     using namespace bl_bwd;
     static unsigned tc[2][TL_COLS][TL_COL_POINTS];

@@ -234,7 +234,8 @@ __device__ __forceinline__ void bl_tl_store(bool on, int row, int it, int i) {
 }
 #define BL_TL(row, i) bl_tl_store(true, row, it, i)
 #define BL_TLC(i) bl_tl_store(lane == 0 && (warp & 3) == 0, wg, it, i)
-// Column stamps (`timelinecols`, this kernel only): the k-th column of CTA 0 at TL_COL_POINTS
+// Column stamps (`timelinecols`; `timelinecols80` for the 80-row kernel, which takes the same
+// places): the k-th column of CTA 0 at TL_COL_POINTS
 // places, row 0 consumer thread 0 (BL_TLCOL(ct == 0, 0, i, count)), row 1 the producer's thread
 // 0; and the column's entry count.
 constexpr int TL_COLS = 64, TL_COL_POINTS = 6;

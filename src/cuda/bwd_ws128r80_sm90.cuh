@@ -424,9 +424,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         if (threadIdx.x == 0) {
             int gi = 0, kc = 0;
             for (int k = 0;; ++k) {
+                BL_TLCOL(true, 1, 0, 0);
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                BL_TLCOL(true, 1, 1, 0);
                 const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
@@ -450,6 +452,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     r80_packed_entry e;
                     if (packed) e = r80_packed(p, cl, it);  // (its list loads before the wait)
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                    if (it == 0) BL_TLCOL(true, 1, 2, 0);
                     if (!CAUSAL && !KEYS_FULL) s_entry[2 + buf] = key_limit;  // released by the FULL arrive
                     if (CAUSAL && packed) {
                         // Each piece's room (the consumers' causal branch): entry row ir of
@@ -465,6 +468,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                                                   m, bits);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
+                        BL_TLCOL(true, 1, 3, 0);
                         ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
                                           cl.n * BN);
                         ++kc;
@@ -529,11 +533,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     int g0 = 0;  // the CTA's entries before this column
     int kc = 0;  // its K / V loads before this column
     for (int k = 0;; ++k) {
+        BL_TLCOL(ct == 0, 0, 0, 0);
         const ws_column cl = ws_take_column(p, bars, col_slots, k);
         if (cl.count < 0) break;
         const int count = aligned  ? cl.count80
                           : packed ? bl_bwd_packed_count(cl.count)
                                    : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(p.diag, cl.n));
+        BL_TLCOL(ct == 0, 0, 1, count);
         const int64_t key0 = cl.n * BN;
         // CAUSAL: query 80m + ir sees key key0 + jr where jr - ir <= 80m + causal_base.
         const int causal_base = (int)(p.diag - key0);
@@ -543,6 +549,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
 
         mbarrier_wait(bars + ws_bars::KVFULL, (uint32_t)kc & 1u);
+        BL_TLCOL(ct == 0, 0, 2, 0);
 
         // acc (this warpgroup's 64 keys x 80 queries) = [K or V panel rows] [Q or dO tile]^T,
         // both K-major over the head dim; the caller commits.
@@ -574,6 +581,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         issue_s(0);
         bl_wgmma_wait<0>();
         bl_reg_fence(s);
+        BL_TLCOL(ct == 0, 0, 3, 0);
 
         for (int it = 0; it < count; ++it) {
             const int gi = g0 + it;
@@ -772,6 +780,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 stage[(MASKED ? r80_dq_offset_grouped(ct, t) : r80_dq_offset(warp, t, lane)) / 4] =
                     make_float4(dq[4 * t + 0], dq[4 * t + 1], dq[4 * t + 2], dq[4 * t + 3]);
         }
+        BL_TLCOL(ct == 0, 0, 4, 0);
         // the last entry's staged dQ^T
         bl_fence_proxy_async();
         __syncwarp();
@@ -795,6 +804,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             __syncwarp();
             if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
         }
+        BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns
 }
