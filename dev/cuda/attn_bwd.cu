@@ -488,19 +488,18 @@ static int run_case(const Case &c) {
     if (c.D == 128 && c.mode != 0 &&
         (variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_FEW_CTAS)) {
         bl_bwd_workspace w;
-        bl_bwd_workspace_layout(bl_bwd_make_dims(&desc), ws, &w);
+        const bl_bwd_dims dm = bl_bwd_make_dims(&desc);
+        bl_bwd_workspace_layout(dm, ws, &w);
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
-        const bool keys_full = bl_bwd_keys_full(bl_bwd_make_dims(&desc), c.causal != 0);
+        const bool keys_full = bl_bwd_keys_full(dm, c.causal != 0);
         pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
                : !bl_bwd_rows80_chosen(tot, c.causal, keys_full)
-                   ? (bl_bwd_dq_direct_chosen(tot, bl_bwd_make_dims(&desc)) ? " [64 rows, direct dQ]"
-                                                                            : " [64 rows]")
+                   ? (bl_bwd_dq_direct_chosen(tot, dm) ? " [64 rows, direct dQ]" : " [64 rows]")
                : !bl_bwd_packed_chosen(tot, c.causal) ? " [80 rows]"
                                              : " [80 rows, packed]";
         // A mask that keeps every tile (every tile a causal mask allows: the row tiles from
         // Tm - bl_bwd_allowed_row_tiles(n) on) must take the dense kernel, and no other mask may.
-        const bl_bwd_dims dm = bl_bwd_make_dims(&desc);
         bool full = true;
         for (size_t t = 0; t < mask.size(); ++t) {
             const int64_t n = (int64_t)t % dm.tiles_n, m = (int64_t)t / dm.tiles_n % dm.tiles_m;
