@@ -34,13 +34,31 @@
 //     accumulator's 80 x 128 block with a single bulk reduce-add; the postprocess
 //     (BL_DQ_TILES80, bwd_prepost_sm90.cu) undoes the order;
 //   - lse / Dlt are read from shared memory where they are used (40 preloaded registers would
-//     not fit beside S^T, dP^T and dK / dV).
+//     not fit beside S^T, dP^T and dK / dV);
+//   - the column's end: dK is staged in the dS buffers and dV in the dQ staging (version 10 has
+//     two staging buffers for them), and the next column's V loads before its K, with both
+//     prefetched into L2 at the draw.
 #pragma once
 #include "bwd_ws128_sm90.cuh"
 
 namespace bl_bwd {
 
 constexpr int BM80 = BL_BWD_TM_DENSE;  // query rows per entry
+// The column's dK is staged in the two dS buffers (40 KB, free at the column's end), the dQ ring
+// having one buffer here: its second pair of barriers (ws_init_bars(bars, 2)) hands that over.
+constexpr uint32_t R80_DKFULL = ws_bars::DQFULL + 8;   // dK staged by all 8 consumer warps
+constexpr uint32_t R80_DSFREE = ws_bars::DQEMPTY + 8;  // dK read by its TMA stores
+
+// The BN x D tile of K or V (map, keys key0.., kv head g, batch b; zero past Sk) into its panels
+// at `dst`, completing on `bar` (whose expected bytes the caller set for both).
+template <int D>
+__device__ __forceinline__ void r80_tma_kv_half(const CUtensorMap *map, uint32_t dst, uint32_t bar,
+                                                int64_t b, int64_t g, int64_t key0) {
+#pragma unroll
+    for (int panel = 0; panel < D / PANEL_COLS; ++panel)
+        tma_load_4d(dst + panel * BN * PANEL_ROW_BYTES, map, bar, panel * PANEL_COLS, (int)key0,
+                    (int)g, (int)b);
+}
 
 // Byte offsets from the kernel's 1024-aligned shared-memory base (every panel on a 1024-byte
 // boundary: 80 rows x 128 bytes = 10 KB).
@@ -56,7 +74,7 @@ struct r80_smem {
     static constexpr uint32_t DO = Q + 2 * TILE;      // 2 buffers
     static constexpr uint32_t DS = DO + 2 * TILE;     // 2 buffers: entry it+1's dS is written
                                                       // while entry it's dQ^T still reads
-    static constexpr uint32_t DQS = DS + 2 * DS_TILE;  // dQ^T, then each column's dK and dV
+    static constexpr uint32_t DQS = DS + 2 * DS_TILE;  // dQ^T, then each column's dV
     static constexpr uint32_t ROWS = DQS + DQ_BYTES;  // fp32 lse_log2[2][BM80], dlt[2][BM80]
     // int [4]: each buffer's entry's row tile m, then (without a causal mask) its key limit
     static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);
@@ -67,7 +85,8 @@ struct r80_smem {
     static_assert(Q % 1024 == 0 && DO % 1024 == 0 && DS % 1024 == 0 && DQS % 1024 == 0 &&
                       QPANEL % 1024 == 0,
                   "panels start on 1024-byte boundaries");
-    static_assert(DQ_BYTES >= 2 * BN * PANEL_ROW_BYTES, "dK or dV (ws_stage_dkv) fits the staging");
+    static_assert(DQ_BYTES >= 2 * BN * PANEL_ROW_BYTES, "dV (ws_stage_dkv) fits the staging");
+    static_assert(2 * DS_TILE >= 2 * BN * PANEL_ROW_BYTES, "dK (ws_stage_dkv) fits the dS buffers");
     static_assert(BARS % 16 == 0, "TMA writes the column records 16-byte aligned");
     static_assert(BYTES <= 232448, "227 KB of shared memory per CTA on sm_90");
 };
@@ -410,7 +429,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     const int tiles_m = (int)dm.tiles_m80;
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
 
-    if (threadIdx.x == 0) ws_init_bars(bars, 1);  // one dQ staging buffer
+    // One dQ staging buffer: the second pair of dQ barriers serves the dK staging (R80_DKFULL,
+    // R80_DSFREE).
+    if (threadIdx.x == 0) ws_init_bars(bars, 2);
     __syncthreads();
 
     // The roles split on a warp-uniform warpgroup index (bl_warpgroup_uniform) where that measured
@@ -429,6 +450,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 if (pos == num_cols) break;
                 const ws_column cl = ws_decode(p, p.sched_rec[pos]);
                 BL_TLCOL(true, 1, 1, 0);
+                // The column's K / V into L2 now, one to two entries before the last column's
+                // end frees their buffers (the draw follows the last column's last row-tile
+                // issue): loaded from DRAM at that end, they landed up to ~3000 clocks after the
+                // next column's start; prefetched, most land before it (16k x 16 x 128,
+                // bench/results/bwd-s69-column-end.txt run 3).
+                if (k > 0) {
+#pragma unroll
+                    for (int panel = 0; panel < D / PANEL_COLS; ++panel) {
+                        tma_prefetch_l2_4d(&p.tm_k, panel * PANEL_COLS, (int)(cl.n * BN), (int)cl.g,
+                                           (int)cl.b);
+                        tma_prefetch_l2_4d(&p.tm_v, panel * PANEL_COLS, (int)(cl.n * BN), (int)cl.g,
+                                           (int)cl.b);
+                    }
+                }
                 const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
@@ -467,10 +502,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                         r80_tma_row_tile<aligned>(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl,
                                                   m, bits);
                     if (it == 0) {
+                        const uint32_t kvfull = bars + ws_bars::KVFULL;
+                        // V first, once the last column's last entry is released (its
+                        // EMPTY: that entry's dP^T, the last product to read V, is done; the
+                        // same wait entry gi + 1 makes below), K at KVEMPTY after the last
+                        // dQ^T. Both at KVEMPTY, they landed 400-3000 clocks into the next
+                        // column once the column's end had shortened (run 1 of
+                        // bench/results/bwd-s69-column-end.txt; 90 before, when the end hid them).
+                        mbarrier_wait(bars + ws_bars::EMPTY + 8 * (buf ^ 1),
+                                      ((uint32_t)((gi + 1) >> 1) & 1u) ^ 1u);
+                        mbarrier_arrive_expect_tx(kvfull, 2 * BN * D * 2);
+                        r80_tma_kv_half<D>(&p.tm_v, s0 + L::V, kvfull, cl.b, cl.g, cl.n * BN);
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
                         BL_TLCOL(true, 1, 3, 0);
-                        ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws_bars::KVFULL, cl.b, cl.g,
-                                          cl.n * BN);
+                        r80_tma_kv_half<D>(&p.tm_k, s0 + L::K, kvfull, cl.b, cl.g, cl.n * BN);
                         ++kc;
                     }
                     if (ENTRIES == R80_DENSE && ++m == tiles_m) m = m_first, ++hl;
@@ -510,11 +555,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     mbarrier_arrive(bars + ws_bars::DQEMPTY);
                     if (ENTRIES == R80_DENSE && ++m == tiles_m) m = m_first, ++hl;
                 }
-                for (int x = 0; x < 2; ++x, ++gj) {
-                    mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
-                    ws_store_dkv(p, s0 + L::DQS, x, cl);
-                    mbarrier_arrive(bars + ws_bars::DQEMPTY);
-                }
+                // dK from the dS buffers, then dV from the dQ staging (position gj)
+                mbarrier_wait(bars + R80_DKFULL, (uint32_t)k & 1u);
+                ws_store_dkv(p, s0 + L::DS, 0, cl);
+                mbarrier_arrive(bars + R80_DSFREE);
+                mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
+                ws_store_dkv(p, s0 + L::DQS, 1, cl);
+                mbarrier_arrive(bars + ws_bars::DQEMPTY);
+                ++gj;
             }
             bulk_wait_group<0>();
         }
@@ -582,6 +630,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         bl_wgmma_wait<0>();
         bl_reg_fence(s);
         BL_TLCOL(ct == 0, 0, 3, 0);
+        // The last column's dK staging in the dS buffers has been read by its TMA stores.
+        mbarrier_wait(bars + R80_DSFREE, ((uint32_t)k & 1u) ^ 1u);
 
         for (int it = 0; it < count; ++it) {
             const int gi = g0 + it;
@@ -772,8 +822,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_reg_fence(dq);
 
             // This warp's 16 x 80 block of dQ^T into the staging buffer once the reducer has
-            // read the last one (staging position gi + 2k: parity of gi).
-            mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)gi & 1u) ^ 1u);
+            // read the last one (staging position gi + k: each column adds its dV).
+            mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)(gi + k) & 1u) ^ 1u);
             float4 *stage = reinterpret_cast<float4 *>(smem_base + L::DQS);
 #pragma unroll
             for (int t = 0; t < NQ; ++t)
@@ -790,20 +840,22 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
 
         bl_reg_fence(dk_acc);
         bl_reg_fence(dv_acc);
-        // dK (times scale) and dV through the staging buffer (ws_stage_dkv), positions
-        // g0 + count + 2k and the next.
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-            const int gd = g0 + count + x;  // parity of the position
-            mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)gd & 1u) ^ 1u);
-            if (x == 0)
-                ws_stage_dkv<T>(s0 + L::DQS, dk_acc, p.scale, warp, lane);
-            else
-                ws_stage_dkv<T>(s0 + L::DQS, dv_acc, 1.0f, warp, lane);
-            bl_fence_proxy_async();
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
-        }
+        // dK (times scale) into the dS buffers, free once both warpgroups' last dQ^T has read
+        // them, while the reducer still reads the last dQ^T from the staging; then dV into the
+        // staging, position g0 + count + k (ws_stage_dkv). Through the staging both, each waiting
+        // for the read of the one before, the column's end took ~4200 clocks from the loop's end;
+        // so ~2500 (16k x 16 x 128, `attn_bwd timelinecols80`,
+        // bench/results/bwd-s69-column-end.txt).
+        named_barrier_sync(WS_BAR_DS, THREADS);
+        ws_stage_dkv<T>(s0 + L::DS, dk_acc, p.scale, warp, lane);
+        bl_fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(bars + R80_DKFULL);
+        mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)(g0 + count + k) & 1u) ^ 1u);
+        ws_stage_dkv<T>(s0 + L::DQS, dv_acc, 1.0f, warp, lane);
+        bl_fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns
