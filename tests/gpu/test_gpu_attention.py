@@ -127,6 +127,25 @@ def test_gpu_dense_backward(dtype, head_dim, causal, seqlens):
         ref.check_close(name, g, w, b)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_dense_backward_many_short_columns(causal):
+    """Many columns of two 80-row entries (Sq = 150, 100 heads): each persistent CTA hands one
+    column's dK / dV to its reducer right behind the last, so a staging hand-over that lets the
+    consumers run ahead of the reducer's reads shows here. A form that did (the dQ staging ring's
+    DQEMPTY completed twice per column) passed the other tests and wrote dV wrong on this shape
+    in the dev checker (bench/results/bwd-s69-column-end.txt, run 7)."""
+    q, k, v = random_qkv(1, 150, 600, 100, 100, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    scale = 1.0 / math.sqrt(128)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    out = back_lite.BackLite(negl_prob=0.0)(qg, kg, vg, causal=causal)
+    got = torch.autograd.grad(out, (qg, kg, vg), dout)
+    want = ref.dense_autograd(q, k, v, dout, scale, causal)
+    base = lowp_autograd(q, k, v, dout, scale, causal)
+    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
+        ref.check_close(name, g, w, b)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
