@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # bwd_compare.sh -- one device call comparing dev checkers built by bwd_build_tree.sh (or
 # bwd_sed_variants.sh): the first build's float64 check and compute-sanitizer memcheck /
-# racecheck on `small`, then each mode timed with every build, builds alternating in a rotating
-# order, ROUNDS times. Logs to $OUT. Usage (repository root, carry ["build/sedvar"]):
+# racecheck on `small` (side by side: they only check, and each alone took 150-220 s), then each
+# mode timed with every build, builds alternating in a rotating order, ROUNDS times. Logs to
+# $OUT, at most 6 files (the device returns 8). Usage (repository root, carry ["build/sedvar"]):
 #   bash dev/cuda/bwd_compare.sh "base old" "one;sparse1 0.1;sparse1 0.5;sparse64 0.1" 2
 # Timing: the dev checker's own event medians; or, with NCU=REGEX, each run under
 #   ncu --metrics gpu__time_duration.sum -k regex:REGEX
 # (locked clocks; the event medians of identical kernels wander by 1-2 %), logs
-# $OUT/ncu__BUILD__MODE__ROUND.txt and per mode each kernel's median per build
+# ncu__BUILD__MODE__ROUND.txt (in $OUT/ncu_logs.tgz) and per mode each kernel's median per build
 # (ncu_ab_summary.py; sparse64 and densenc run 3 shapes and sparse1 / sparsec / sparsen 2, reported apart).
 # With NCU the dev checker's dense reference call before sparse calls is skipped unless
 # SKIP_DENSE=0 (the dense-only modes -- one, one64, dense128, densenc -- time it regardless).
@@ -24,13 +25,18 @@ IFS=';' read -r -a modes <<< "$2"
 rounds=${3:-2}
 first=$B/${names[0]}/attn_bwd
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
-echo "== check (${names[0]})"; timeout 220 "$first" check > "$OUT/check.txt" 2>&1; echo "check rc=$?"
-grep -E "FAIL|failed" "$OUT/check.txt" | head -20
-echo "== memcheck"; timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$first" small > "$OUT/memcheck.txt" 2>&1
-echo "memcheck rc=$?"; tail -2 "$OUT/memcheck.txt"
-echo "== racecheck"; timeout 180 compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 9 "$first" small > "$OUT/racecheck.txt" 2>&1
-echo "racecheck rc=$?"; tail -2 "$OUT/racecheck.txt"
+    CS="compute-sanitizer --error-exitcode 9"
+    (timeout 220 "$first" check > "$OUT/check.txt" 2>&1; echo "check rc=$?" >> "$OUT/check.txt") &
+    (timeout 200 $CS --tool memcheck "$first" small > "$OUT/memcheck.txt" 2>&1
+     echo "memcheck rc=$?" >> "$OUT/memcheck.txt") &
+    (timeout 220 $CS --tool racecheck --racecheck-report all "$first" small > "$OUT/racecheck.txt" 2>&1
+     echo "racecheck rc=$?" >> "$OUT/racecheck.txt") &
+    wait
+    echo "== check (${names[0]})"; grep -E "FAIL|failed|rc=" "$OUT/check.txt" | head -20
+    echo "== memcheck"; tail -3 "$OUT/memcheck.txt"
+    echo "== racecheck"; tail -3 "$OUT/racecheck.txt"
 fi
+logs=$(mktemp -d)  # the ncu logs, one per run: packed into one file at the end
 skip_dense=()
 [ -n "${NCU:-}" ] && [ "${SKIP_DENSE:-1}" = 1 ] && skip_dense=(env ATTN_BWD_SKIP_DENSE=1)
 # Round r starts with build r - 1 (rotated): the first build after a lighter run gains a few
@@ -44,7 +50,7 @@ for mode in "${modes[@]}"; do
             if [ -n "${NCU:-}" ]; then
                 # shellcheck disable=SC2086  # mode is "what [args]"
                 timeout 150 "${skip_dense[@]}" ncu --metrics gpu__time_duration.sum -k "regex:$NCU" \
-                    "$B/$n/attn_bwd" $mode > "$OUT/ncu__${n}__${tag}__$r.txt" 2>&1 \
+                    "$B/$n/attn_bwd" $mode > "$logs/ncu__${n}__${tag}__$r.txt" 2>&1 \
                     || echo "$n $mode: rc $?"
                 continue
             fi
@@ -60,6 +66,8 @@ for mode in "${modes[@]}"; do
             *) split=1 ;;
         esac
         python3 "$(dirname "$0")/ncu_ab_summary.py" --split "$split" "${1// /,}" \
-            "$OUT"/ncu__*__"${tag}"__*.txt | tee -a "$OUT/summary.txt"
+            "$logs"/ncu__*__"${tag}"__*.txt | tee -a "$OUT/summary.txt"
     fi
 done
+[ -n "${NCU:-}" ] && tar czf "$OUT/ncu_logs.tgz" -C "$logs" .
+exit 0
