@@ -110,14 +110,12 @@ def test_gpu_statistics_only_add_w(head_dim, causal):
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("seqlens", LENGTHS, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_gpu_dense_backward(dtype, head_dim, causal, seqlens):
-    q, k, v = random_qkv(2, seqlens[0], seqlens[1], 4, 2, head_dim, dtype, DEV)
-    dout = torch.randn(q.shape, device=DEV).to(dtype)
-    scale = 1.0 / math.sqrt(head_dim)
+def check_dense_backward(qkv, causal):
+    """BackLite's dense backward (negl_prob 0, through autograd) against the float64 reference,
+    with the low-precision dense autograd as the error bound's base."""
+    q, k, v = qkv
+    dout = torch.randn(q.shape, device=DEV).to(q.dtype)
+    scale = 1.0 / math.sqrt(q.shape[-1])
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     out = back_lite.BackLite(negl_prob=0.0)(qg, kg, vg, causal=causal)
     got = torch.autograd.grad(out, (qg, kg, vg), dout)
@@ -125,6 +123,14 @@ def test_gpu_dense_backward(dtype, head_dim, causal, seqlens):
     base = lowp_autograd(q, k, v, dout, scale, causal)
     for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
         ref.check_close(name, g, w, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlens", LENGTHS, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gpu_dense_backward(dtype, head_dim, causal, seqlens):
+    check_dense_backward(random_qkv(2, seqlens[0], seqlens[1], 4, 2, head_dim, dtype, DEV), causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -134,16 +140,7 @@ def test_gpu_dense_backward_many_short_columns(causal):
     consumers run ahead of the reducer's reads shows here. A form that did (the dQ staging ring's
     DQEMPTY completed twice per column) passed the other tests and wrote dV wrong on this shape
     in the dev checker (bench/results/bwd-s69-column-end.txt, run 7)."""
-    q, k, v = random_qkv(1, 150, 600, 100, 100, 128, torch.bfloat16, DEV)
-    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
-    scale = 1.0 / math.sqrt(128)
-    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
-    out = back_lite.BackLite(negl_prob=0.0)(qg, kg, vg, causal=causal)
-    got = torch.autograd.grad(out, (qg, kg, vg), dout)
-    want = ref.dense_autograd(q, k, v, dout, scale, causal)
-    base = lowp_autograd(q, k, v, dout, scale, causal)
-    for name, g, w, b in zip(("dq", "dk", "dv"), got, want, base):
-        ref.check_close(name, g, w, b)
+    check_dense_backward(random_qkv(1, 150, 600, 100, 100, 128, torch.bfloat16, DEV), causal)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
