@@ -490,20 +490,23 @@ extern "C" void bl_bwd_timeline_print(void) {
 // consumers' loop top of the same column.
 extern "C" void bl_bwd_timeline_cols_print(void) {
     using namespace bl_bwd;
-    static unsigned tc[2][TL_COLS][TL_COL_POINTS];
+    static unsigned tc[TL_COL_ROWS][TL_COLS][TL_COL_POINTS];
     static int cnt[TL_COLS];
     if (cudaMemcpyFromSymbol(tc, bl_bwd_tlcol, sizeof(tc)) != cudaSuccess ||
         cudaMemcpyFromSymbol(cnt, bl_bwd_tlcnt, sizeof(cnt)) != cudaSuccess)
         return;
     printf("columns of CTA 0 (clocks after the consumers' column start):\n"
            "  k count | consumers: taken  K/V-full  S^T(0)  loop-end  dK/dV-staged  next |"
-           " producer: draw  decoded  EMPTY(0)  KVEMPTY\n");
+           " producer: draw  decoded  EMPTY(0)  KVEMPTY |"
+           " reducer (80-row kernel): taken  last-dQ-read  dK-seen  dK-read  dV-seen  dV-read\n");
     for (int k = 0; k + 1 < TL_COLS && cnt[k] >= 0 && cnt[k + 1] >= 0; ++k) {
         const unsigned t0 = tc[0][k][0];
         printf("  %2d %5d |", k, cnt[k]);
         for (int i = 1; i < 6; ++i) printf(" %8d", cnt[k] == 0 && i >= 2 && i <= 4 ? 0 : (int)(tc[0][k][i] - t0));
         printf(" %6d |", (int)(tc[0][k + 1][0] - t0));
         for (int i = 0; i < 4; ++i) printf(" %8d", (int)(tc[1][k][i] - t0));
+        printf(" |");
+        for (int i = 0; i < 6; ++i) printf(" %8d", tc[2][k][i] ? (int)(tc[2][k][i] - t0) : 0);
         printf("\n");
     }
 }

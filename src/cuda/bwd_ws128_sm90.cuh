@@ -237,9 +237,10 @@ __device__ __forceinline__ void bl_tl_store(bool on, int row, int it, int i) {
 // Column stamps (`timelinecols`; `timelinecols80` for the 80-row kernel, which takes the same
 // places): the k-th column of CTA 0 at TL_COL_POINTS
 // places, row 0 consumer thread 0 (BL_TLCOL(ct == 0, 0, i, count)), row 1 the producer's thread
-// 0; and the column's entry count.
-constexpr int TL_COLS = 64, TL_COL_POINTS = 6;
-__device__ unsigned bl_bwd_tlcol[2][TL_COLS][TL_COL_POINTS];
+// 0, row 2 the 80-row kernel's reducer (column taken, the last dQ^T read, dK staged seen, dK
+// read, dV staged seen, dV read); and the column's entry count.
+constexpr int TL_COLS = 64, TL_COL_POINTS = 6, TL_COL_ROWS = 3;
+__device__ unsigned bl_bwd_tlcol[TL_COL_ROWS][TL_COLS][TL_COL_POINTS];
 __device__ int bl_bwd_tlcnt[TL_COLS];
 __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, int count) {
     on = on && blockIdx.x == 0 && k < TL_COLS;

@@ -527,6 +527,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             for (int k = 0;; ++k) {
                 const ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
+                BL_TLCOL(true, 2, 0, 0);
                 const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
@@ -553,15 +554,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();
                     mbarrier_arrive(bars + ws_bars::DQEMPTY);
+                    if (it + 1 == count) BL_TLCOL(true, 2, 1, 0);
                     if (ENTRIES == R80_DENSE && ++m == tiles_m) m = m_first, ++hl;
                 }
                 // dK from the dS buffers, then dV from the dQ staging (position gj)
                 mbarrier_wait(bars + R80_DKFULL, (uint32_t)k & 1u);
+                BL_TLCOL(true, 2, 2, 0);
                 ws_store_dkv(p, s0 + L::DS, 0, cl);
                 mbarrier_arrive(bars + R80_DSFREE);
+                BL_TLCOL(true, 2, 3, 0);
                 mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
+                BL_TLCOL(true, 2, 4, 0);
                 ws_store_dkv(p, s0 + L::DQS, 1, cl);
                 mbarrier_arrive(bars + ws_bars::DQEMPTY);
+                BL_TLCOL(true, 2, 5, 0);
                 ++gj;
             }
             bulk_wait_group<0>();
