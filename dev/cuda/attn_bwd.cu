@@ -51,6 +51,7 @@ extern "C" {
 #ifdef BL_BWD_TIMELINE
 extern "C" void bl_bwd_timeline_print(void);  // attn_bwd_sm90.cu, dev builds only
 extern "C" void bl_bwd_timeline_cols_print(void);
+extern "C" void bl_bwd_timeline80_print(void);
 #endif
 #ifdef BL_BWD_COLS64
 extern "C" void bl_bwd_cols64_print(void);  // attn_bwd_sm90.cu, dev builds only
@@ -790,6 +791,15 @@ int main(int argc, char **argv) {
         else g_sparse_only = keep;
         bench_shape(1, 16384, 16, 128, argc > 3 && !strcmp(argv[3], "causal"));
         bl_bwd_timeline_cols_print();
+        return 0;
+    }
+    if (!strcmp(what, "timeline80")) {  // the 80-row kernel's entry stamps (BL_TL80), the
+        // 16k x 16 x 128 call of timelinecols80 (KEEP, default 0.5; 1: the dense walk; "causal")
+        const double keep = argc > 2 ? atof(argv[2]) : 0.5;
+        if (keep >= 1.0) g_full_sweep = 0;
+        else g_sparse_only = keep;
+        bench_shape(1, 16384, 16, 128, argc > 3 && !strcmp(argv[3], "causal"));
+        bl_bwd_timeline80_print();
         return 0;
     }
     if (!strcmp(what, "timeline64")) {  // the same in the head-dim-64 kernel (8k x 16 x 64)

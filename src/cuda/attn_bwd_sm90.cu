@@ -485,6 +485,34 @@ extern "C" void bl_bwd_timeline_print(void) {
     }
 }
 
+// Dev only: the 80-row kernel's entry stamps (`timeline80`, BL_TL80: CTA 0's first column), as
+// bl_bwd_timeline_print; row 2: reducer points 0-1 (dQ^T staged seen, its read done), producer
+// points 4-6 (entry decoded, EMPTY passed, loads issued). A point never stamped prints "-".
+extern "C" void bl_bwd_timeline80_print(void) {
+    using namespace bl_bwd;
+    static unsigned tl[3][TL_ITERS][TL_POINTS];
+    if (cudaMemcpyFromSymbol(tl, bl_bwd_tl, sizeof(tl)) != cudaSuccess) return;
+    const int first = 4, last = TL_ITERS - 2;  // entries averaged (the column's start left out)
+    double period = 0;
+    for (int it = first; it <= last; ++it) period += (double)(tl[0][it + 1][0] - tl[0][it][0]);
+    printf("timeline80: mean entry period %.0f clocks (consumer wg 0, entries %d..%d)\n",
+           period / (last - first + 1), first, last);
+    const char *names[3] = {"consumer wg 0", "consumer wg 1", "reducer|producer"};
+    for (int r = 0; r < 3; ++r) {
+        printf("  %-16s:", names[r]);
+        for (int i = 0; i < TL_POINTS; ++i) {
+            if (tl[r][first][i] == 0 && tl[r][last][i] == 0) {
+                printf("      -");
+                continue;
+            }
+            double m = 0;
+            for (int it = first; it <= last; ++it) m += (double)(int)(tl[r][it][i] - tl[0][it][0]);
+            printf(" %6.0f", m / (last - first + 1));
+        }
+        printf("\n");
+    }
+}
+
 // Dev only: the column stamps of bwd_ws128_kernel's (`timelinecols`) or the 80-row kernel's
 // (`timelinecols80`) CTA 0 in the last launch that got past its pick, in clocks after the
 // consumers' loop top of the same column.

@@ -252,7 +252,14 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
     if (on && row == 0 && i == 1) bl_bwd_tlcnt[k] = count;
 }
 #define BL_TLCOL(on, row, i, count) bl_tlcol_store(on, row, k, i, count)
+// The 80-row kernel's entry stamps (`timeline80`): the same rows as BL_TL / BL_TLC, but only in
+// CTA 0's first column (k == 0), whose entries the later columns would otherwise overwrite;
+// row 2 holds the reducer's points 0-3 and the producer's 4-7.
+#define BL_TL80(on, row, i) bl_tl_store((on) && k == 0, row, it, i)
 #else
+#define BL_TL80(on, row, i) \
+    do {                    \
+    } while (0)
 #define BL_TLCOL(on, row, i, count) \
     do {                            \
     } while (0)

@@ -486,7 +486,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     const int buf = gi & 1;
                     r80_packed_entry e;
                     if (packed) e = r80_packed(p, cl, it);  // (its list loads before the wait)
+                    BL_TL80(true, 2, 4);
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
+                    BL_TL80(true, 2, 5);
                     if (it == 0) BL_TLCOL(true, 1, 2, 0);
                     if (!CAUSAL && !KEYS_FULL) s_entry[2 + buf] = key_limit;  // released by the FULL arrive
                     if (CAUSAL && packed) {
@@ -501,6 +503,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     else
                         r80_tma_row_tile<aligned>(p, s0, s_entry, buf, cl.b, cl.g * dm.group + hl,
                                                   m, bits);
+                    BL_TL80(true, 2, 6);
                     if (it == 0) {
                         const uint32_t kvfull = bars + ws_bars::KVFULL;
                         // V first, once the last column's last entry is released (its
@@ -543,6 +546,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     r80_packed_entry e;
                     if (packed) e = r80_packed(p, cl, it);
                     mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
+                    BL_TL80(true, 2, 0);
                     const int64_t h = cl.g * dm.group + hl;
                     if (packed)
                         r80_reduce_packed(p, s0 + L::DQS, cl.b, e);
@@ -553,6 +557,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     bulk_commit_group();
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();
+                    BL_TL80(true, 2, 1);
                     mbarrier_arrive(bars + ws_bars::DQEMPTY);
                     if (it + 1 == count) BL_TLCOL(true, 2, 1, 0);
                     if (ENTRIES == R80_DENSE && ++m == tiles_m) m = m_first, ++hl;
@@ -584,6 +589,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     const int lg = lane >> 2, lt = lane & 3;
     const int kw = warp * KEYS_PER_WARP;
 
+    // dev builds' entry stamps (`timeline80`): lane 0 of warps 0 and 4, row wg
+#define BL_TL80C(i) BL_TL80(lane == 0 && (warp & 3) == 0, wg, i)
     int g0 = 0;  // the CTA's entries before this column
     int kc = 0;  // its K / V loads before this column
     for (int k = 0;; ++k) {
@@ -647,6 +654,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             const uint32_t sDS = s0 + L::DS + buf * L::DS_TILE;
             const float *lse2 = s_rows + buf * BM80 + 2 * lt;  // this thread's queries
             const float *dlt = lse2 + 2 * BM80;
+            BL_TL80C(0);
 
             // ---- dP^T = V dO^T ----
             r80_start_acc<ZERO_ACC>(ds);
@@ -659,8 +667,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 __syncwarp();
                 if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
             }
+            BL_TL80C(1);
             bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
             bl_reg_fence(s);
+            BL_TL80C(2);
 
             // ---- P^T = exp2(S^T scale log2e - lse log2e), 0 where a mask drops the pair (an
             // unkept 64-row tile's rows have lse = +inf: r80_tma_row_tile); dV += P^T dO issued
@@ -780,14 +790,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 issue_dv(0, 2);
                 issue_dv(2, KSTEPS_Q);
             }
+            BL_TL80C(3);
             bl_wgmma_commit();
             bl_wgmma_wait<1>();  // dP^T is done; dV may still run
             bl_reg_fence(ds);
+            BL_TL80C(4);
 
             // ---- dS^T = P^T * (dP^T - Dlt) ----
             ds_from_dp_smem<NQ>(ds, s, dlt, 0);
             uint32_t dsa[KSTEPS_Q][4];
             pack_a_fragments<T>(dsa, ds);
+            BL_TL80C(5);
 
             // ---- dK += dS^T Q, and dS (query rows, keys along the panels) for dQ^T ----
             bl_wgmma_fence();
@@ -800,7 +813,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_fence_proxy_async();
             // Every warp's dS of entry it is in shared memory; the other dS buffer is free (both
             // warpgroups waited for their dQ^T of entry it-1 before arriving here).
+            BL_TL80C(6);
             named_barrier_sync(WS_BAR_DS, THREADS);
+            BL_TL80C(7);
 
             // ---- dQ^T (64 d x 80 queries) = K^T dS^T: warpgroup wg takes d rows 64wg.. ----
             float dq[NQ * 4];
@@ -819,17 +834,21 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             bl_wgmma_wait<1>();  // dV and dK are done: buffer buf is read
             bl_reg_fence(dsa);
             bl_reg_fence(pa);
+            BL_TL80C(8);
             mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
             issue_s(it + 1);
+            BL_TL80C(9);
             // dQ^T and entry it+1's S^T are done (staging dQ^T while S^T runs: level to +3 %,
             // bench/results/bwd-s14-rows80.txt).
             bl_wgmma_wait<0>();
             bl_reg_fence(s);
             bl_reg_fence(dq);
+            BL_TL80C(10);
 
             // This warp's 16 x 80 block of dQ^T into the staging buffer once the reducer has
             // read the last one (staging position gi + k: each column adds its dV).
             mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)(gi + k) & 1u) ^ 1u);
+            BL_TL80C(11);
             float4 *stage = reinterpret_cast<float4 *>(smem_base + L::DQS);
 #pragma unroll
             for (int t = 0; t < NQ; ++t)
@@ -865,6 +884,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns
+#undef BL_TL80C
 }
 
 }  // namespace bl_bwd
