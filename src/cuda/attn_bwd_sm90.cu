@@ -511,6 +511,14 @@ extern "C" void bl_bwd_timeline80_print(void) {
         }
         printf("\n");
     }
+    // per entry: its period, each warpgroup's S^T issue for the next entry (points 8 -> 9: the
+    // FULL wait), the producer's load issue (5 -> 6) and when it ended against the consumers'
+    // need of that entry (wg 0's point 8 of the entry before; negative: issued that much before)
+    printf("  entry: period  wg0 8->9  wg1 8->9  issue  issued-vs-need\n");
+    for (int it = first; it <= last; ++it)
+        printf("  %5d %7d %9d %9d %6d %15d\n", it, (int)(tl[0][it + 1][0] - tl[0][it][0]),
+               (int)(tl[0][it][9] - tl[0][it][8]), (int)(tl[1][it][9] - tl[1][it][8]),
+               (int)(tl[2][it][6] - tl[2][it][5]), (int)(tl[2][it][6] - tl[0][it - 1][8]));
 }
 
 // Dev only: the column stamps of bwd_ws128_kernel's (`timelinecols`) or the 80-row kernel's
