@@ -108,6 +108,17 @@ struct ws_column {
     const int *list;  // entries hl * tiles_m + m (query head hl of the group, row tile m)
     int count80;      // the 80-row kernel's list entries (p.lists80), on masked calls
 };
+// A list code hl * tiles_m + m -> (hl, m). Where the group is one query head (hl = 0) the code
+// is m: no division. The integer division by tiles_m (a run-time value: ~25 instructions, and in
+// the 24-register producer and reducer threads spills) ran four times an entry in the 80-row
+// kernel's packed walks, twice in the producer and twice in the reducer, and cost those walks
+// ~2 % a tile (~70-150 of ~4700 clocks an entry: `attn_bwd timeline80`,
+// bench/results/bwd-s70-packed-producer.txt).
+__device__ __forceinline__ void ws_split_code(int code, int tiles_m, bool one_head, int &hl,
+                                              int &m) {
+    hl = one_head ? 0 : code / tiles_m;
+    m = code - hl * tiles_m;
+}
 __device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const bl_bwd_dims &dm = p.dm;
     const int64_t col = rec.x < 0 ? 0 : rec.x;

@@ -228,17 +228,19 @@ struct r80_packed_entry {
 __device__ __forceinline__ r80_packed_entry r80_packed(const bwd_params &p, const ws_column &cl,
                                                        int it) {
     const int a = (5 * it) >> 2, tm = (int)p.dm.tiles_m, h0 = (int)(cl.g * p.dm.group);
+    const bool one_head = p.dm.group == 1;
     r80_packed_entry e;
     e.rows_a = BL_BWD_TM - 16 * (it & 3);
     e.ha = e.hb = -1;
     e.ma = e.mb = 0;
+    int hl;
     if (a < cl.count) {
-        const int code = cl.list[a], hl = code / tm;
-        e.ha = h0 + hl, e.ma = code - hl * tm;
+        ws_split_code(cl.list[a], tm, one_head, hl, e.ma);
+        e.ha = h0 + hl;
     }
     if (a + 1 < cl.count) {
-        const int code = cl.list[a + 1], hl = code / tm;
-        e.hb = h0 + hl, e.mb = code - hl * tm;
+        ws_split_code(cl.list[a + 1], tm, one_head, hl, e.mb);
+        e.hb = h0 + hl;
     }
     return e;
 }
