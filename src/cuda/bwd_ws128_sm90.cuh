@@ -121,10 +121,13 @@ __device__ __forceinline__ void ws_split_code(int code, int tiles_m, bool one_he
 }
 __device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const bl_bwd_dims &dm = p.dm;
-    const int64_t col = rec.x < 0 ? 0 : rec.x;
-    return ws_column{col / (dm.tiles_n * dm.heads_k), (col / dm.tiles_n) % dm.heads_k,
-                     col % dm.tiles_n, rec.x < 0 ? -1 : rec.y,
-                     p.lists + col * (dm.group * dm.tiles_m), rec.z};
+    // In 32 bits: col < 2^31 (bl_bwd_lists_launch), so tiles_n and heads_k are too. Every thread
+    // of the CTA decodes each column; with 64-bit divisions version 10 ran 0.6-0.8 % slower on
+    // causal calls keeping 3-10 % (bench/results/bwd-s70-packed-producer.txt run 3).
+    const int col = rec.x < 0 ? 0 : rec.x, tn = (int)dm.tiles_n, hk = (int)dm.heads_k;
+    const int bg = col / tn, b = bg / hk;
+    return ws_column{b, bg - b * hk, col - bg * tn, rec.x < 0 ? -1 : rec.y,
+                     p.lists + (int64_t)col * (dm.group * dm.tiles_m), rec.z};
 }
 // The CTA's k-th column, from record slot k & 1, by a consumer thread or the reducer.
 __device__ __forceinline__ ws_column ws_take_column(const bwd_params &p, uint32_t bars,
@@ -372,13 +375,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const int buf = gi & 1;
                     mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gi >> 1) & 1u) ^ 1u);
                     if (it == 0) BL_TLCOL(true, 1, 2, 0);
-                    const int e = cl.list[it];
+                    int e_hl, e_m;
+                    ws_split_code(cl.list[it], tiles_m, dm.group == 1, e_hl, e_m);
                     const uint4 writers = next_writers;
                     if (DIRECT)
-                        wg_tma_row_tile<D, false>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m,
-                                                  e % tiles_m);
+                        wg_tma_row_tile<D, false>(p, s0, buf, cl.b, cl.g * dm.group + e_hl, e_m);
                     else
-                        wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e / tiles_m, e % tiles_m);
+                        wg_tma_row_tile<D>(p, s0, buf, cl.b, cl.g * dm.group + e_hl, e_m);
                     if (it == 0) {
                         mbarrier_wait(bars + ws_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
                         BL_TLCOL(true, 1, 3, 0);
@@ -403,17 +406,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // The entries of an entry's row tile (p.dq_writers: bwd_kernel_common.cuh), read
                 // one entry ahead so that the load's latency passes under the previous entry.
                 auto writers = [&](int it) {
-                    const int e = cl.list[it];
-                    const int h = (int)(cl.g * dm.group) + e / tiles_m;
-                    return bl_bwd_tile_writer_runs(p.dq_writers,
-                                                   (cl.b * dm.heads_q + h) * tiles_m + e % tiles_m);
+                    // the code's tile, (b, q head g * group + hl, m), is tile0 + code
+                    return bl_bwd_tile_writer_runs(
+                        p.dq_writers, (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m + cl.list[it]);
                 };
                 uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
                 if (p.dq_writers != nullptr && cl.count > 0) next_writers = writers(0);
                 for (int it = 0; WITH_DQ && it < cl.count; ++it, ++gj) {
                     const int buf = gj & 1;
-                    const int e = cl.list[it];
-                    const int h = (int)(cl.g * dm.group) + e / tiles_m, m = e % tiles_m;
+                    int h, m;
+                    ws_split_code(cl.list[it], tiles_m, dm.group == 1, h, m);
+                    h += (int)(cl.g * dm.group);
                     // A row tile's only entry stores its dQ: no read of the zeros; in the
                     // DIRECT form in 16-bit straight to dq (the consumers staged it so).
                     const bool store = bl_bwd_tile_writers(next_writers) == 1;
@@ -525,7 +528,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // The list entries are read ahead: entry it+1's query tile is known when entry it starts
             // (the division -- a reciprocal and conversions on the MUFU pipe -- stays off the path
             // from the S^T wait to the exponentials), and entry it+2 is loaded during entry it.
-            int m_next = list[0] % tiles_m;
+            // Where the group is one head the code is the tile (ws_split_code): no division at
+            // all (1.4-1.7 % of causal calls keeping 3-10 %, run 3 of the same file).
+            const bool one_head = dm.group == 1;
+            int m_next = one_head ? list[0] : list[0] % tiles_m;
             int e_ahead = list[count > 1 ? 1 : 0];  // entry it+1 (the last one past the end)
 
             for (int it = 0; it < count; ++it) {
@@ -640,7 +646,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     // dK only: entry it+1's S^T queues behind dK, the buffer goes back once dV
                     // and dK have read it.
                     const int e_ahead2 = list[it + 2 < count ? it + 2 : count - 1];
-                    m_next = e_ahead % tiles_m;
+                    m_next = one_head ? e_ahead : e_ahead % tiles_m;
                     e_ahead = e_ahead2;
                     issue_s(it + 1);
                     bl_wgmma_wait<1>();
@@ -690,7 +696,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // read here so that its latency passes under the next S^T's issue.
                 const bool dq16 = DIRECT && s_dq_flags[gi & 3];
                 BL_TLC(8);
-                m_next = e_ahead % tiles_m;
+                m_next = one_head ? e_ahead : e_ahead % tiles_m;
                 e_ahead = e_ahead2;
                 issue_s(it + 1);
                 // dQ and entry it+1's S^T are done. Waiting for the S^T too is faster than staging
