@@ -783,23 +783,19 @@ int main(int argc, char **argv) {
         bl_bwd_timeline_cols_print();
         return 0;
     }
-    if (!strcmp(what, "timelinecols80")) {  // the same places in the 80-row kernel: 16k x 16 x
-        // 128, mask keeping argv[2] (default 0.5; the masked walks run from ~10 % kept, and a
-        // keep of 1 or more times the dense call), "causal" as argv[3] for a causal mask
+    // The 80-row kernel on a 16k x 16 x 128 call, mask keeping argv[2] (default 0.5; the masked
+    // walks run from ~10 % kept, and a keep of 1 or more times the dense call), "causal" as
+    // argv[3] for a causal mask: `timelinecols80` its column stamps (the places of timelinecols),
+    // `timeline80` its entry stamps (BL_TL80).
+    if (!strcmp(what, "timelinecols80") || !strcmp(what, "timeline80")) {
         const double keep = argc > 2 ? atof(argv[2]) : 0.5;
         if (keep >= 1.0) g_full_sweep = 0;
         else g_sparse_only = keep;
         bench_shape(1, 16384, 16, 128, argc > 3 && !strcmp(argv[3], "causal"));
-        bl_bwd_timeline_cols_print();
-        return 0;
-    }
-    if (!strcmp(what, "timeline80")) {  // the 80-row kernel's entry stamps (BL_TL80), the
-        // 16k x 16 x 128 call of timelinecols80 (KEEP, default 0.5; 1: the dense walk; "causal")
-        const double keep = argc > 2 ? atof(argv[2]) : 0.5;
-        if (keep >= 1.0) g_full_sweep = 0;
-        else g_sparse_only = keep;
-        bench_shape(1, 16384, 16, 128, argc > 3 && !strcmp(argv[3], "causal"));
-        bl_bwd_timeline80_print();
+        if (!strcmp(what, "timeline80"))
+            bl_bwd_timeline80_print();
+        else
+            bl_bwd_timeline_cols_print();
         return 0;
     }
     if (!strcmp(what, "timeline64")) {  // the same in the head-dim-64 kernel (8k x 16 x 64)
