@@ -460,62 +460,55 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
 
 #ifdef BL_BWD_TIMELINE
 #include <stdio.h>
-// Dev only: prints the clock stamps bwd_ws128_kernel or bwd_ws64_kernel took in its CTA 0 during
-// the last launch (dev/cuda/attn_bwd.cu `timeline`, `timeline64`): per point, the mean over
-// entries (pairs at head dim 64) 4..TL_ITERS-2 of the stamp minus consumer warp 0's loop-top
-// stamp of the same entry.
-extern "C" void bl_bwd_timeline_print(void) {
+// Dev only: the entry stamps (bl_bwd_tl), read back, with the mean entry period and each point's
+// mean after consumer warpgroup 0's entry start over entries TL_FIRST..TL_LAST (the column's
+// start left out); a point never stamped prints "-".
+constexpr int TL_FIRST = 4, TL_LAST = bl_bwd::TL_ITERS - 2;
+typedef unsigned bl_tl_row[bl_bwd::TL_ITERS][bl_bwd::TL_POINTS];  // one row of bl_bwd_tl
+static const bl_tl_row *bl_bwd_timeline_means(const char *title, const char *row2) {
     using namespace bl_bwd;
     static unsigned tl[3][TL_ITERS][TL_POINTS];
-    if (cudaMemcpyFromSymbol(tl, bl_bwd_tl, sizeof(tl)) != cudaSuccess) return;
-    const char *names[3] = {"consumer wg 0", "consumer wg 1", "reducer     "};
-    const int npts[3] = {12, 12, 4};
+    if (cudaMemcpyFromSymbol(tl, bl_bwd_tl, sizeof(tl)) != cudaSuccess) return nullptr;
+    const int n = TL_LAST - TL_FIRST + 1;
     double period = 0;
-    for (int it = 4; it < TL_ITERS - 1; ++it) period += (double)(tl[0][it + 1][0] - tl[0][it][0]);
-    period /= TL_ITERS - 5;
-    printf("timeline: mean entry period %.0f clocks (consumer wg 0, entries 4..%d)\n", period, TL_ITERS - 2);
-    for (int r = 0; r < 3; ++r) {
-        printf("  %s:", names[r]);
-        for (int i = 0; i < npts[r]; ++i) {
-            double m = 0;
-            for (int it = 4; it < TL_ITERS - 1; ++it) m += (double)(int)(tl[r][it][i] - tl[0][it][0]);
-            printf(" %6.0f", m / (TL_ITERS - 5));
-        }
-        printf("\n");
-    }
-}
-
-// Dev only: the 80-row kernel's entry stamps (`timeline80`, BL_TL80: CTA 0's first column), as
-// bl_bwd_timeline_print; row 2: reducer points 0-1 (dQ^T staged seen, its read done), producer
-// points 4-6 (entry decoded, EMPTY passed, loads issued). A point never stamped prints "-".
-extern "C" void bl_bwd_timeline80_print(void) {
-    using namespace bl_bwd;
-    static unsigned tl[3][TL_ITERS][TL_POINTS];
-    if (cudaMemcpyFromSymbol(tl, bl_bwd_tl, sizeof(tl)) != cudaSuccess) return;
-    const int first = 4, last = TL_ITERS - 2;  // entries averaged (the column's start left out)
-    double period = 0;
-    for (int it = first; it <= last; ++it) period += (double)(tl[0][it + 1][0] - tl[0][it][0]);
-    printf("timeline80: mean entry period %.0f clocks (consumer wg 0, entries %d..%d)\n",
-           period / (last - first + 1), first, last);
-    const char *names[3] = {"consumer wg 0", "consumer wg 1", "reducer|producer"};
+    for (int it = TL_FIRST; it <= TL_LAST; ++it)
+        period += (double)(tl[0][it + 1][0] - tl[0][it][0]);
+    printf("%s: mean entry period %.0f clocks (consumer wg 0, entries %d..%d)\n", title,
+           period / n, TL_FIRST, TL_LAST);
+    const char *names[3] = {"consumer wg 0", "consumer wg 1", row2};
     for (int r = 0; r < 3; ++r) {
         printf("  %-16s:", names[r]);
         for (int i = 0; i < TL_POINTS; ++i) {
-            if (tl[r][first][i] == 0 && tl[r][last][i] == 0) {
+            if (tl[r][TL_FIRST][i] == 0 && tl[r][TL_LAST][i] == 0) {
                 printf("      -");
                 continue;
             }
             double m = 0;
-            for (int it = first; it <= last; ++it) m += (double)(int)(tl[r][it][i] - tl[0][it][0]);
-            printf(" %6.0f", m / (last - first + 1));
+            for (int it = TL_FIRST; it <= TL_LAST; ++it)
+                m += (double)(int)(tl[r][it][i] - tl[0][it][0]);
+            printf(" %6.0f", m / n);
         }
         printf("\n");
     }
+    return tl;
+}
+// Dev only: prints the clock stamps bwd_ws128_kernel or bwd_ws64_kernel took in its CTA 0 during
+// the last launch (dev/cuda/attn_bwd.cu `timeline`, `timeline64`): per point, the mean over
+// entries (pairs at head dim 64) TL_FIRST..TL_LAST of the stamp minus consumer warp 0's loop-top
+// stamp of the same entry.
+extern "C" void bl_bwd_timeline_print(void) { bl_bwd_timeline_means("timeline", "reducer"); }
+
+// Dev only: the 80-row kernel's entry stamps (`timeline80`, BL_TL80: CTA 0's first column), as
+// bl_bwd_timeline_print; row 2: reducer points 0-1 (dQ^T staged seen, its read done), producer
+// points 4-6 (entry decoded, EMPTY passed, loads issued).
+extern "C" void bl_bwd_timeline80_print(void) {
+    const bl_tl_row *tl = bl_bwd_timeline_means("timeline80", "reducer|producer");
+    if (tl == nullptr) return;
     // per entry: its period, each warpgroup's S^T issue for the next entry (points 8 -> 9: the
     // FULL wait), the producer's load issue (5 -> 6) and when it ended against the consumers'
     // need of that entry (wg 0's point 8 of the entry before; negative: issued that much before)
     printf("  entry: period  wg0 8->9  wg1 8->9  issue  issued-vs-need\n");
-    for (int it = first; it <= last; ++it)
+    for (int it = TL_FIRST; it <= TL_LAST; ++it)
         printf("  %5d %7d %9d %9d %6d %15d\n", it, (int)(tl[0][it + 1][0] - tl[0][it][0]),
                (int)(tl[0][it][9] - tl[0][it][8]), (int)(tl[1][it][9] - tl[1][it][8]),
                (int)(tl[2][it][6] - tl[2][it][5]), (int)(tl[2][it][6] - tl[0][it - 1][8]));
