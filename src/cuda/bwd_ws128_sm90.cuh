@@ -123,7 +123,8 @@ __device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const bl_bwd_dims &dm = p.dm;
     // In 32 bits: col < 2^31 (bl_bwd_lists_launch), so tiles_n and heads_k are too. Every thread
     // of the CTA decodes each column; with 64-bit divisions version 10 ran 0.6-0.8 % slower on
-    // causal calls keeping 3-10 % (bench/results/bwd-s70-packed-producer.txt run 3).
+    // causal calls keeping 3-10 %, its non-causal KEYS_FULL form 0.6 % faster (not explained;
+    // bench/results/bwd-s70-packed-producer.txt runs 3-4).
     const int col = rec.x < 0 ? 0 : rec.x, tn = (int)dm.tiles_n, hk = (int)dm.heads_k;
     const int bg = col / tn, b = bg / hk;
     return ws_column{b, bg - b * hk, col - bg * tn, rec.x < 0 ? -1 : rec.y,
@@ -268,7 +269,7 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
 #define BL_TLCOL(on, row, i, count) bl_tlcol_store(on, row, k, i, count)
 // The 80-row kernel's entry stamps (`timeline80`): the same rows as BL_TL / BL_TLC, but only in
 // CTA 0's first column (k == 0), whose entries the later columns would otherwise overwrite;
-// row 2 holds the reducer's points 0-3 and the producer's 4-7.
+// row 2 holds the reducer's points 0-1 and the producer's 4-6.
 #define BL_TL80(on, row, i) bl_tl_store((on) && k == 0, row, it, i)
 #else
 #define BL_TL80(on, row, i) \
@@ -529,7 +530,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // (the division -- a reciprocal and conversions on the MUFU pipe -- stays off the path
             // from the S^T wait to the exponentials), and entry it+2 is loaded during entry it.
             // Where the group is one head the code is the tile (ws_split_code): no division at
-            // all (1.4-1.7 % of causal calls keeping 3-10 %, run 3 of the same file).
+            // all (up to 1.7 % of this kernel on causal calls keeping 3-10 %,
+            // bench/results/bwd-s70-packed-producer.txt run 3).
             const bool one_head = dm.group == 1;
             int m_next = one_head ? list[0] : list[0] % tiles_m;
             int e_ahead = list[count > 1 ? 1 : 0];  // entry it+1 (the last one past the end)
