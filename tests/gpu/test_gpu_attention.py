@@ -231,6 +231,24 @@ def test_gpu_masked_80_row_entries(dtype, sq, keep, keys_fill_tiles):
     check_masked_backward(got, q, k, v, out, dout, False, mask)
 
 
+@pytest.mark.parametrize("causal, sk", [(False, 900), (False, 1024), (True, 8000)],
+                         ids=["sk_partial", "sk_whole", "causal"])
+def test_gpu_masked_packed_one_head(causal, sk):
+    """Masked head-dim-128 calls with one query head per kv head whose columns hold ~100 kept
+    64-row tiles (Sq = 8000 at 80 % kept), as the bench's 16k calls do: the rule picks packed
+    80-row entries, whose producer and reducer take a list code as the row tile itself where the
+    group is one head (ws_split_code: no division). Without a causal mask Sk ends inside its last
+    key tile or fills it (the KEYS_FULL walk); with one, each piece has its own diagonal."""
+    q, k, v = random_qkv(1, 8000, sk, 2, 2, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    tm, tn = back_lite.num_tiles(q.shape[1], k.shape[1], DEV)
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    mask = torch.rand(1, 2, tm, tn, device=DEV, generator=gen) < 0.8
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+
+
 def test_gpu_nan_row_in_a_dropped_tile_stays_out():
     """A NaN query row whose 64-row tile the mask drops in every key tile, beside kept tiles that
     share its 80-row tile: the call runs aligned 80-row entries (3-tile columns: 8 aligned
