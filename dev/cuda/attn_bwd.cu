@@ -22,7 +22,8 @@
 // `bench64` / `bench128` time the shipped kernel against its cp.async form.
 // `sparse1 [KEEP]` / `sparsec [KEEP]` / `sparsen [KEEP]` / `sparse64 [KEEP]`: dense, then one
 // random tile mask keeping KEEP (default 0.01): 16k x 16 x 128 full and causal / causal at 16k x
-// 16 and 32k x 24 / the same two shapes without a causal mask / head dim 64. `select1`: 16k x 16
+// 16 and 32k x 24 / the same two shapes without a causal mask / head dim 64; `sparsecg` /
+// `sparseng [KEEP]` as sparsec / sparsen with four query heads per K / V head. `select1`: 16k x 16
 // x 128 full and causal, dense then the selections from a banded W. `dense128`: the bench's
 // head-dim-128 shapes (16k x 16, 32k x 24), dense only. `densenc`: dense non-causal head dim
 // 128 at 8k, 16k, 32k (the 80-row kernel); `r80ab`: the same shapes, the 80-row kernel against
@@ -652,10 +653,12 @@ static int g_full_sweep = 1;  // 0: dense only
 static double g_sparse_only = -1;  // >= 0: of the sparse cases, only the random mask of this keep
 static int g_select_only = 0;      // 1: of the sparse cases, only the selections (banded W)
 static double g_dense_tflops = 0;  // the last bench_shape's dense rate, for bench64's table
+static int g_group = 1;  // query heads per K / V head in bench_shape (sparsecg / sparseng: 4)
 static void bench_shape(int B, int S, int H, int D, int causal) {
     const bl_dtype dt = BL_DTYPE_BF16;
     const float scale = 1.0f / sqrtf((float)D);
-    Case c = {B, S, S, H, H, D, causal, dt, 0, 0, 0, 0, 0};
+    const int Hk = H / g_group;  // K, V, dK, dV: buffers 1, 2, 6, 7 below
+    Case c = {B, S, S, H, Hk, D, causal, dt, 0, 0, 0, 0, 0};
     bl_attn_desc desc = make_desc(c, scale);
     const int64_t Tm = (S + 63) / 64, Tn = (S + 127) / 128;
     const size_t elems = (size_t)B * S * H * D;
@@ -680,8 +683,9 @@ static void bench_shape(int B, int S, int H, int D, int causal) {
     desc.workspace_bytes = wsb;
     bl_tensor t[8];
     for (int i = 0; i < 8; ++i) {
+        const int64_t heads = i == 1 || i == 2 || i == 6 || i == 7 ? Hk : H;
         t[i].data = buf[i];
-        t[i].stride_h = D; t[i].stride_s = (int64_t)H * D; t[i].stride_b = (int64_t)S * H * D;
+        t[i].stride_h = D; t[i].stride_s = heads * D; t[i].stride_b = (int64_t)S * heads * D;
     }
     const double flops = 2.5 * 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
     const int reps = S >= 32768 ? 3 : 7;
@@ -834,6 +838,15 @@ int main(int argc, char **argv) {
         g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
         bench_shape(1, 16384, 16, 128, 0);
         bench_shape(1, 32768, 24, 128, 0);
+        return 0;
+    }
+    if (!strcmp(what, "sparsecg") || !strcmp(what, "sparseng")) {  // the same two shapes with
+        // four query heads per K / V head (GQA: 16 / 4 and 24 / 6), causal (c) or not (n)
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
+        g_group = 4;
+        const int causal = what[6] == 'c';
+        bench_shape(1, 16384, 16, 128, causal);
+        bench_shape(1, 32768, 24, 128, causal);
         return 0;
     }
     if (!strcmp(what, "sparse64")) {  // the same at head dim 64, and the bench's 4 x 4096 shape
