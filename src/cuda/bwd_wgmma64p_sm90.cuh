@@ -86,11 +86,15 @@ struct wg64p_entry {
     int h, row0;
     __device__ bool live() const { return h >= 0; }
 };
+// No integer division (ws_split_code): with `e / tiles_m` and `e % tiles_m` here and in the
+// consumers' mask rows, the head-dim-64 kernel (bwd_ws64_sm90.cuh) ran 2-3.5 % slower, dense
+// and sparse (bench/results/bwd-s71-gqa-split.txt call 3).
 __device__ __forceinline__ wg64p_entry wg64p_decode(const bwd_params &p, int g, int e) {
-    const int tiles_m = (int)p.dm.tiles_m;
+    int hl, m;
+    ws_split_code(e, (int)p.dm.tiles_m, p.dm.group == 1, hl, m);
     wg64p_entry x;
-    x.h = e >= 0 ? g * (int)p.dm.group + e / tiles_m : -1;
-    x.row0 = e >= 0 ? (e % tiles_m) * BM : 0;
+    x.h = e >= 0 ? g * (int)p.dm.group + hl : -1;
+    x.row0 = e >= 0 ? m * BM : 0;
     return x;
 }
 

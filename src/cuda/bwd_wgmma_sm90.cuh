@@ -34,6 +34,34 @@ constexpr uint32_t K16_BYTES_KMAJOR = 32;   // a k16 step inside a K-major panel
 constexpr uint32_t K16_BYTES_MNMAJOR = 16 * PANEL_ROW_BYTES;  // a k16 step of an MN-major operand
 constexpr int PANEL_COLS = 64;
 constexpr int WG_KEYS = 64;  // keys per warpgroup
+// A list code hl * tiles_m + m -> (hl, m) (the head-dim-128 persistent kernels, ws_column,
+// and the head-dim-64 one, wg64p_decode). Where the group is one query head (hl = 0) the code
+// is m: no division. The integer division by tiles_m (a run-time value: ~25 instructions, and in
+// the 24-register producer and reducer threads spills) ran four times an entry in the 80-row
+// kernel's packed walks, twice in the producer and twice in the reducer, and cost those walks
+// ~2 % a tile (~70-150 of ~4700 clocks an entry: `attn_bwd timeline80`,
+// bench/results/bwd-s70-packed-producer.txt).
+__device__ __forceinline__ void ws_split_code(int code, int tiles_m, bool one_head, int &hl,
+                                              int &m) {
+    if (one_head) {
+        hl = 0, m = code;
+        return;
+    }
+    // Groups of several heads: a float estimate of code / tiles_m and one correction step. The
+    // estimate's relative error is below 2^-21 (the int -> float roundings and an approximate
+    // reciprocal), so it is within 1 of the quotient while that is below 2^21 (hl < group).
+    // Against the division: the packed walks' main kernel -1.0..-1.6 % at four query heads per
+    // K / V head (bench/results/bwd-s71-gqa-split.txt); exact in a CPU emulation over 1.5e9 codes.
+    const float est = __int2float_rn(code) * __fdividef(1.0f, __int2float_rn(tiles_m));
+    hl = __float2int_rz(est);
+    m = code - hl * tiles_m;
+    if (m < 0) {
+        --hl, m += tiles_m;
+    } else if (m >= tiles_m) {
+        ++hl, m -= tiles_m;
+    }
+}
+
 // dQ staging for the TMA reduce-adds: a warp's 16 x 64 fp32 block as two boxes of 16 rows x 32
 // columns (128 bytes: the 128B swizzle's row), the box of the p.tm_dq tensor map.
 constexpr uint32_t DQ_BOX_ROWS = 16, DQ_BOX_COLS = 32;

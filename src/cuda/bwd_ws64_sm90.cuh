@@ -318,8 +318,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
         BL_TLC(1);
         // Row starts of this pair's entries, for the masks (an empty slot's are never used).
-        const int row0_e[2] = {(list[2 * it] % (int)dm.tiles_m) * BM,
-                               2 * it + 1 < count ? (list[2 * it + 1] % (int)dm.tiles_m) * BM : 0};
+        int row0_e[2] = {0, 0};
+#pragma unroll
+        for (int slot = 0; slot < 2; ++slot) {
+            int hl, m;
+            if (2 * it + slot < count) {
+                ws_split_code(list[2 * it + slot], (int)dm.tiles_m, dm.group == 1, hl, m);
+                row0_e[slot] = m * BM;
+            }
+        }
         bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
         bl_reg_fence(s);
         BL_TLC(2);
