@@ -61,6 +61,12 @@ __device__ __forceinline__ void ws_split_code(int code, int tiles_m, bool one_he
         ++hl, m -= tiles_m;
     }
 }
+// The row tile m of a list code.
+__device__ __forceinline__ int ws_code_row_tile(int code, int tiles_m, bool one_head) {
+    int hl, m;
+    ws_split_code(code, tiles_m, one_head, hl, m);
+    return m;
+}
 
 // dQ staging for the TMA reduce-adds: a warp's 16 x 64 fp32 block as two boxes of 16 rows x 32
 // columns (128 bytes: the 128B swizzle's row), the box of the p.tm_dq tensor map.

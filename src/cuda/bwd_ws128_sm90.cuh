@@ -516,13 +516,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             bl_reg_fence(s);
             BL_TLCOL(ct == 0, 0, 3, 0);
             // The list entries are read ahead: entry it+1's query tile is known when entry it starts
-            // (the division -- a reciprocal and conversions on the MUFU pipe -- stays off the path
-            // from the S^T wait to the exponentials), and entry it+2 is loaded during entry it.
-            // Where the group is one head the code is the tile (ws_split_code): no division at
-            // all (up to 1.7 % of this kernel on causal calls keeping 3-10 %,
-            // bench/results/bwd-s70-packed-producer.txt run 3).
+            // (its split -- where the group has several heads a reciprocal and conversions on the
+            // MUFU pipe, ws_split_code -- stays off the path from the S^T wait to the
+            // exponentials), and entry it+2 is loaded during entry it. Where the group is one
+            // head the code is the tile: no division at all (up to 1.7 % of this kernel on causal
+            // calls keeping 3-10 %, bench/results/bwd-s70-packed-producer.txt run 3).
             const bool one_head = dm.group == 1;
-            int m_next = one_head ? list[0] : list[0] % tiles_m;
+            int m_next = ws_code_row_tile(list[0], tiles_m, one_head);
             int e_ahead = list[count > 1 ? 1 : 0];  // entry it+1 (the last one past the end)
 
             for (int it = 0; it < count; ++it) {
@@ -637,7 +637,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     // dK only: entry it+1's S^T queues behind dK, the buffer goes back once dV
                     // and dK have read it.
                     const int e_ahead2 = list[it + 2 < count ? it + 2 : count - 1];
-                    m_next = one_head ? e_ahead : e_ahead % tiles_m;
+                    m_next = ws_code_row_tile(e_ahead, tiles_m, one_head);
                     e_ahead = e_ahead2;
                     issue_s(it + 1);
                     bl_wgmma_wait<1>();
@@ -687,7 +687,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // read here so that its latency passes under the next S^T's issue.
                 const bool dq16 = DIRECT && s_dq_flags[gi & 3];
                 BL_TLC(8);
-                m_next = one_head ? e_ahead : e_ahead % tiles_m;
+                m_next = ws_code_row_tile(e_ahead, tiles_m, one_head);
                 e_ahead = e_ahead2;
                 issue_s(it + 1);
                 // dQ and entry it+1's S^T are done. Waiting for the S^T too is faster than staging

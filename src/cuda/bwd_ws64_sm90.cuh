@@ -154,11 +154,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     // start and first loads -- then the schedule, the count, the list, the TMA and the K / V
     // cp.async of 256 threads -- were about a quarter of the kernel's warp time
     // (bench/results/bwd-s29-d64-fixed-costs.txt runs 3 and 5).
+    // Decoded in 32 bits, as ws_decode does (col < 2^31: bl_bwd_lists_launch): in 64 bits three
+    // divisions, each a branch to ptxas's helper, ran in every thread before the producer could
+    // issue the column's K / V: the main kernel 1-2.4 % slower at 3 % kept, 0.6 % dense
+    // (bench/results/bwd-s71-gqa-split.txt call 5).
     const int4 rec = p.sched_rec[blockIdx.x];
-    const int64_t col = rec.x;
-    const int64_t n = col % dm.tiles_n;
-    const int64_t g = (col / dm.tiles_n) % dm.heads_k;
-    const int64_t b = col / (dm.tiles_n * dm.heads_k);
+    const int col32 = rec.x, tn = (int)dm.tiles_n, hk = (int)dm.heads_k;
+    const int bg = col32 / tn, b32 = bg / hk;
+    const int64_t col = col32, n = col32 - bg * tn, g = bg - b32 * hk, b = b32;
     const int count = rec.y;
     const int pairs = (count + 1) / 2;
     const int *list = p.lists + col * (dm.group * dm.tiles_m);
