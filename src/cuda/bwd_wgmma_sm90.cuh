@@ -49,7 +49,8 @@ __device__ __forceinline__ void ws_split_code(int code, int tiles_m, bool one_he
     }
     // Groups of several heads: a float estimate of code / tiles_m and one correction step. The
     // estimate's relative error is below 2^-21 (the int -> float roundings and an approximate
-    // reciprocal), so it is within 1 of the quotient while that is below 2^21 (hl < group).
+    // reciprocal), so it is within 1 of the quotient while that is below 2^21 (hl < group, and
+    // G*Tm < 2^19 wherever lists are made: the static_assert by LIST_BITS_MAX_BYTES).
     // Against the division: the packed walks' main kernel -1.0..-1.6 % at four query heads per
     // K / V head (bench/results/bwd-s71-gqa-split.txt); exact in a CPU emulation over 1.5e9 codes.
     const float est = __int2float_rn(code) * __fdividef(1.0f, __int2float_rn(tiles_m));

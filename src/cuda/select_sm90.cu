@@ -404,6 +404,10 @@ constexpr int LIST_COLS = 16, LIST_COLS_MAX = 32;
 static_assert(LIST_COLS <= LIST_COLS_MAX, "a key tile per lane in the ballot transpose");
 // Dynamic shared memory the column bitmaps may take without an opt-in attribute.
 enum { LIST_BITS_MAX_BYTES = 48 * 1024 };
+// Hence G*Tm < 2^19 on every call that gets lists, so a list code's head index (< G) stays far
+// below the 2^21 up to which the kernels' float split of the codes is exact (ws_split_code).
+static_assert(LIST_BITS_MAX_BYTES / sizeof(unsigned) * 32 < (1u << 21),
+              "list codes split exactly by ws_split_code");
 
 // The kept bits of mask row r (its `cols` bytes from key tile n0): bit c = r[c] != 0.
 static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restrict__ r, int cols) {
