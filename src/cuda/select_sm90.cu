@@ -404,8 +404,9 @@ constexpr int LIST_COLS = 16, LIST_COLS_MAX = 32;
 static_assert(LIST_COLS <= LIST_COLS_MAX, "a key tile per lane in the ballot transpose");
 // Dynamic shared memory the column bitmaps may take without an opt-in attribute.
 enum { LIST_BITS_MAX_BYTES = 48 * 1024 };
-// Hence G*Tm < 2^19 on every call that gets lists, so a list code's head index (< G) stays far
-// below the 2^21 up to which the kernels' float split of the codes is exact (ws_split_code).
+// bl_bwd_lists_launch refuses calls whose G*Tm bits overflow these bytes, so every call with lists
+// has G*Tm < 2^19: a list code's head index (< G) stays below the 2^21 up to which the kernels'
+// float split of the codes is exact (ws_split_code).
 static_assert(LIST_BITS_MAX_BYTES / sizeof(unsigned) * 32 < (1u << 21),
               "list codes split exactly by ws_split_code");
 
