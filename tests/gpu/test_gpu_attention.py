@@ -346,6 +346,25 @@ def test_gpu_large_gqa(causal):
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("keep", [0.05, 0.6])
+def test_gpu_gqa_list_codes(head_dim, causal, keep):
+    """Six query heads per K / V head and Sq = 3000 (47 row tiles: not a power of two, so the
+    reciprocal is inexact): the kernels split each list code hl * 47 + m with a float estimate
+    and one correction step (ws_split_code) instead of an integer division -- in every role at
+    head dim 64, in version 10's consumers and the packed 80-row walks at head dim 128
+    (bench/results/bwd-s71-gqa-split.txt). A low and a high keep: the head-dim-128 call picks
+    its kernel from the kept tiles."""
+    q, k, v = random_qkv(1, 3000, 3100, 12, 2, head_dim, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    tm, tn = back_lite.num_tiles(3000, 3100, DEV)
+    mask = torch.rand(1, 12, tm, tn, device=DEV) < keep
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("keep", [0.03, 0.5])
 def test_gpu_lists_with_more_units_than_ctas(causal, keep):
