@@ -53,6 +53,17 @@ def check_masked_backward(got, q, k, v, out, dout, causal, mask):
         ref.check_close(name, g, w, b)
 
 
+def check_random_mask_backward(q, k, v, causal, keep, generator=None):
+    """The forward, a random tile mask keeping each (q head, row tile, key tile) with probability
+    keep, the masked backward, and check_masked_backward on its gradients."""
+    dout = torch.randn(q.shape, device=DEV).to(q.dtype)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    tm, tn = back_lite.num_tiles(q.shape[1], k.shape[1], DEV)
+    mask = torch.rand(q.shape[0], q.shape[2], tm, tn, device=DEV, generator=generator) < keep
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
@@ -147,13 +158,7 @@ def test_gpu_dense_backward_many_short_columns(causal):
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_explicit_mask_backward(dtype, head_dim, causal):
-    q, k, v = random_qkv(2, 300, 520, 4, 2, head_dim, dtype, DEV)
-    dout = torch.randn(q.shape, device=DEV).to(dtype)
-    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
-    tm, tn = back_lite.num_tiles(300, 520, DEV)
-    mask = torch.rand(2, 4, tm, tn, device=DEV) < 0.5
-    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+    check_random_mask_backward(*random_qkv(2, 300, 520, 4, 2, head_dim, dtype, DEV), causal, 0.5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -222,13 +227,7 @@ def test_gpu_masked_80_row_entries(dtype, sq, keep, keys_fill_tiles):
     (the same number of key tiles, so the same pick): then the walks without key-limit selects
     run (KEYS_FULL in bwd_ws128r80_sm90.cuh)."""
     sk = (384 if keys_fill_tiles else 300) if sq > 1000 else (768 if keys_fill_tiles else 700)
-    q, k, v = random_qkv(1, sq, sk, 4, 1, 128, dtype, DEV)
-    dout = torch.randn(q.shape, device=DEV).to(dtype)
-    out, lse, _ = back_lite.forward(q, k, v)
-    tm, tn = back_lite.num_tiles(q.shape[1], k.shape[1], DEV)
-    mask = torch.rand(1, 4, tm, tn, device=DEV) < keep
-    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
-    check_masked_backward(got, q, k, v, out, dout, False, mask)
+    check_random_mask_backward(*random_qkv(1, sq, sk, 4, 1, 128, dtype, DEV), False, keep)
 
 
 @pytest.mark.parametrize("causal, sk", [(False, 900), (False, 1024), (True, 8000)],
@@ -239,14 +238,8 @@ def test_gpu_masked_packed_one_head(causal, sk):
     80-row entries, whose producer and reducer take a list code as the row tile itself where the
     group is one head (ws_split_code: no division). Without a causal mask Sk ends inside its last
     key tile or fills it (the KEYS_FULL walk); with one, each piece has its own diagonal."""
-    q, k, v = random_qkv(1, 8000, sk, 2, 2, 128, torch.bfloat16, DEV)
-    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
-    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
-    tm, tn = back_lite.num_tiles(q.shape[1], k.shape[1], DEV)
-    gen = torch.Generator(device=DEV).manual_seed(3)
-    mask = torch.rand(1, 2, tm, tn, device=DEV, generator=gen) < 0.8
-    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+    check_random_mask_backward(*random_qkv(1, 8000, sk, 2, 2, 128, torch.bfloat16, DEV), causal,
+                               0.8, torch.Generator(device=DEV).manual_seed(3))
 
 
 def test_gpu_nan_row_in_a_dropped_tile_stays_out():
@@ -281,13 +274,7 @@ def test_gpu_masked_causal_packed_entries(dtype):
     have their own diagonal: 16 query heads on one K / V head and Sq < Sk (columns of up to ~200
     kept 64-row tiles, the dev checker's causal packed case that asserts the pick); Sq a
     multiple of neither 64 nor 80."""
-    q, k, v = random_qkv(1, 1000, 2000, 16, 1, 128, dtype, DEV)
-    dout = torch.randn(q.shape, device=DEV).to(dtype)
-    out, lse, _ = back_lite.forward(q, k, v, causal=True)
-    tm, tn = back_lite.num_tiles(1000, 2000, DEV)
-    mask = torch.rand(1, 16, tm, tn, device=DEV) < 0.8
-    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=True)
-    check_masked_backward(got, q, k, v, out, dout, True, mask)
+    check_random_mask_backward(*random_qkv(1, 1000, 2000, 16, 1, 128, dtype, DEV), True, 0.8)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -356,13 +343,8 @@ def test_gpu_gqa_list_codes(head_dim, causal, keep):
     head dim 64, in version 10's consumers and the packed 80-row walks at head dim 128
     (bench/results/bwd-s71-gqa-split.txt). A low and a high keep: the head-dim-128 call picks
     its kernel from the kept tiles."""
-    q, k, v = random_qkv(1, 3000, 3100, 12, 2, head_dim, torch.bfloat16, DEV)
-    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
-    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
-    tm, tn = back_lite.num_tiles(3000, 3100, DEV)
-    mask = torch.rand(1, 12, tm, tn, device=DEV) < keep
-    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
-    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+    check_random_mask_backward(*random_qkv(1, 3000, 3100, 12, 2, head_dim, torch.bfloat16, DEV),
+                               causal, keep)
 
 
 @pytest.mark.parametrize("causal", [False, True])
