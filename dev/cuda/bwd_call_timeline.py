@@ -1,6 +1,6 @@
 """Where a backward call's GPU time goes, kernel by kernel (torch.profiler / CUPTI timestamps).
 
-    python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D] [--causal] [--calls N]
+    python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D] [--kv-heads HK] [--causal] [--calls N]
                                           [--keeps dense,1.0,0.5,0.03,0.01,negl:0.05]
 
 For each configuration (the dense call, a random tile mask keeping about `keep` of each row
@@ -87,6 +87,8 @@ def report(label: str, per_call: list) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="1,16384,16,128")
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help="K / V heads (GQA / MQA: H a multiple of it); 0: H (random keeps only)")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--keeps", default="dense,1.0,0.5,0.03,0.01")
@@ -94,14 +96,20 @@ def main(argv=None) -> None:
     b, s, h, d = (int(x) for x in args.shape.split(","))
     dev = torch.device("cuda")
     q, k, v = random_qkv(b, s, h, d, torch.bfloat16, dev)
+    hk = args.kv_heads or h
+    if h % hk:
+        raise SystemExit(f"--kv-heads {hk} does not divide the {h} query heads")
+    k, v = k[:, :, :hk].contiguous(), v[:, :, :hk].contiguous()
     dout = torch.randn_like(q)
     out, lse, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)
     tm, tn = w.shape[-2:]
     computable = blf.computable_tiles(s, s, args.causal, dev)
-    print(f"shape {(b, s, h, d)} causal={args.causal} {torch.cuda.get_device_name()}")
+    print(f"shape {(b, s, h, d)} kv heads {hk} causal={args.causal} {torch.cuda.get_device_name()}")
     video = None
     for keep in args.keeps.split(","):
         if keep.startswith("negl:"):
+            if hk != h:
+                raise SystemExit("negl: keeps use the video inputs, which have H K / V heads")
             if video is None:
                 qs, ks, vs = video_qkv(b, s, h, d, torch.bfloat16, dev)
                 outs, lses, ws = blf.forward(qs, ks, vs, causal=args.causal, with_stats=True)
