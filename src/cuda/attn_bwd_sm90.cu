@@ -154,6 +154,9 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
 template <typename T>
 bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_cols,
                         cudaStream_t stream) {
+    // a split dense call (bl_bwd_head_split): its SPLIT form, a CTA per (column, part)
+    const bool split = p.head_split > 1 && entries == R80_DENSE;
+    if (split) num_cols *= p.head_split;
     const size_t smem = r80_smem::BYTES;
     // a non-causal call's dense walk with a diagonal no entry reaches takes the causal one
     const bool causal_walk = p.causal || p.diag == BL_BWD_DIAG_NONE;
@@ -161,12 +164,14 @@ bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_co
     const bool keys_full = bl_bwd_keys_full(p.dm, false);
     auto kernel = causal_walk ? (entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS>
                               : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED>
-                                                      : bwd_ws128r80_kernel<T, true, R80_DENSE>)
+                                                      : split ? bwd_ws128r80_kernel<T, true, R80_DENSE, false, true>
+                                                              : bwd_ws128r80_kernel<T, true, R80_DENSE>)
                   : entries == R80_MASKED ? (keys_full ? bwd_ws128r80_kernel<T, false, R80_MASKED, true>
                                                        : bwd_ws128r80_kernel<T, false, R80_MASKED>)
                   : entries == R80_PACKED ? (keys_full ? bwd_ws128r80_kernel<T, false, R80_PACKED, true>
                                                        : bwd_ws128r80_kernel<T, false, R80_PACKED>)
-                                          : bwd_ws128r80_kernel<T, false, R80_DENSE>;
+                                          : split ? bwd_ws128r80_kernel<T, false, R80_DENSE, false, true>
+                                                  : bwd_ws128r80_kernel<T, false, R80_DENSE>;
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int sms = 0;
@@ -306,6 +311,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.scale_log2 = d->scale * LOG2E;
     p.causal = d->causal;
     p.diag = dm.seqlen_k - dm.seqlen_q;
+    p.head_split = 1;
+    p.dkv_part = NULL;
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
     const bool tma_rows =
@@ -396,7 +403,15 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // kernel (bl_bwd_dq_writers_used); for the others it stays NULL.
     if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, selecting, &ws, stream));
-    BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, &ws, stream));
+    // A dense call on the 80-row kernel whose columns are too few for the SMs splits each
+    // column's query heads (bl_bwd_head_split).
+    if (rows80 && !masked && !dq_rows) {
+        p.head_split = bl_bwd_head_split(dm, d->causal != 0);
+        p.dkv_part = ws.dkv_part;
+        if (p.head_split > 1 && p.dkv_part == NULL)
+            return bl_set_error(BL_ERR_INTERNAL, "head split %d without partials", p.head_split);
+    }
+    BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, &ws, stream));
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
     if (!dq_rows) BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     p.dq_writers = ws.dq_writers;
@@ -432,6 +447,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                         : launch_rows80<__half>(p, e, num_cols, stream);
         };
         BL_TRY(launch(!masked ? R80_DENSE : d->causal ? R80_LISTS : R80_MASKED));
+        if (p.head_split > 1)
+            BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws,
+                                            stream));
         // The packed entries next, and last the dense kernel: it runs where the mask keeps
         // every tile (every tile a causal mask allows).
         if (masked && !forced) {

@@ -61,8 +61,13 @@ struct bl_bwd_workspace {
     // (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
     unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
-    int4 *sched_rec;  // (B*Hk*Tn + 1): {schedule[i], its count, its count80, 0}; the last {-1, 0, 0, 0}
+    // (B*Hk*Tn*P + 1): {schedule[i / P], its count, its count80, i % P} with P the call's head
+    // split (bl_bwd_head_split; 1 on every call but a split dense one); the last {-1, 0, 0, 0}
+    int4 *sched_rec;
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
+    // (2, P, B, Sk, Hk, D) fp32: a split dense call's dK and dV partials, one per part of each
+    // column's query heads (bl_bwd_head_split), summed by bl_bwd_dkv_reduce_launch
+    float *dkv_part;
 };
 
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
@@ -174,6 +179,16 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 
+// How many parts a dense head-dim-128 call splits each column's G query heads into (1: none).
+// The persistent 80-row kernel walks one column (b, kv head, key tile) per draw, all G query
+// heads of it; where the columns are too few for the SMs -- few kv heads (GQA / MQA after tensor
+// parallelism), short sequences, causal columns as long as two average ones -- the call's time is
+// its longest column's. A split column is P columns of G / P heads each, whose dK / dV go to
+// fp32 partials (bl_bwd_workspace::dkv_part) that bl_bwd_dkv_reduce_launch sums.
+// bwd_prepost_sm90.cu; the workspace holds the partials of the larger of the causal and
+// non-causal choices.
+int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);
+
 // Lays the workspace out from `base` (NULL: sizes only); returns the bytes it needs.
 size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspace *ws);
 
@@ -191,7 +206,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // ws->sched_next, with rows80 ws->totals. Launched as the programmatic dependent of the lists
 // kernel (it reads the counts once that one is done); its own dependent (the preprocess) starts
 // at once.
-bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
+// split: the call's head split (bl_bwd_head_split): each column's record repeated for its parts.
+bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // How the main kernel laid out the fp32 dq accumulator.
@@ -258,6 +274,12 @@ bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_ten
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
                                     bl_dq_layout layout, bool dq_direct, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream);
+
+// bwd_prepost_sm90.cu: dk = scale * (sum of the split parts' dK partials), dv = the sum of
+// theirs, in the dtype (a split dense call: bl_bwd_head_split).
+bl_status bl_bwd_dkv_reduce_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale, int split,
+                                   bl_tensor dk, bl_tensor dv, const bl_bwd_workspace *ws,
+                                   cudaStream_t stream);
 
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.
 //   WGMMA: the shipped kernels (head dim 64: bwd_ws64_sm90.cuh; 128: bwd_ws128_sm90.cuh; where

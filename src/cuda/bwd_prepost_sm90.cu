@@ -56,6 +56,39 @@ static size_t ws_take(size_t *offset, size_t bytes) {
     return at;
 }
 
+// bl_bwd_head_split's rule. The call's makespan in units of one whole column's time L (G query
+// heads x every row tile) for a split into P parts (columns of L / P) on `sms` persistent CTAs:
+// - without a causal mask every column is L long: ceil(V / sms) rounds of L / P, V = cols x P;
+// - with one, a column's length falls from L to ~0 along the key tiles (L / 2 on average); the
+//   heaviest-first schedule ends at about the average load plus half a last column, and never
+//   before its longest column: max(L / P, cols L / (2 sms) + L / (2 P)).
+// Each part adds SPLIT_PART_COST L (its partials written and summed: at 16k keys of one kv head
+// ~11 us against a column's ~16 ms, so a tie-breaker that keeps P small where parts gain little).
+// At most SPLIT_MAX parts, and only where the columns fill fewer than SPLIT_MIN_ROUNDS rounds of
+// the SMs (more rounds balance themselves).
+static constexpr double SPLIT_PART_COST = 0.01;
+enum { SPLIT_MAX = 8, SPLIT_MIN_ROUNDS = 4 };
+static double split_makespan(int64_t cols, int sms, bool causal, int parts) {
+    const double p = parts;
+    if (!causal) return (double)((cols * parts + sms - 1) / sms) / p;
+    const double longest = 1.0 / p, balanced = (double)cols / (2.0 * sms) + 0.5 / p;
+    return (longest > balanced ? longest : balanced) + SPLIT_PART_COST * p;
+}
+
+int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
+    int sms = 0;
+    if (dm.head_dim != 128 || dm.group < 2 || bl_sm_count(&sms) != BL_OK || sms <= 0) return 1;
+    const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
+    if (cols >= (int64_t)SPLIT_MIN_ROUNDS * sms) return 1;
+    int best = 1;
+    double best_cost = split_makespan(cols, sms, causal, 1);
+    for (int parts = 2; parts <= SPLIT_MAX && dm.group % parts == 0; parts *= 2) {
+        const double cost = split_makespan(cols, sms, causal, parts);
+        if (cost < best_cost) best = parts, best_cost = cost;
+    }
+    return best;
+}
+
 size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspace *ws) {
     const size_t rows_q = (size_t)(dm.batch * dm.heads_q * dm.seqlen_q_pad);
     const size_t tiles = (size_t)(dm.batch * dm.heads_q * dm.tiles_m * dm.tiles_n);
@@ -77,7 +110,13 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_writers = ws_take(&off, (size_t)(dm.batch * dm.heads_q * dm.tiles_m) *
                                          BL_BWD_WRITER_RUNS);
     size_t o_sched = ws_take(&off, cols * sizeof(int));
-    size_t o_rec = ws_take(&off, (cols + 1) * sizeof(int4));
+    // the head split of either mask (bl_bwd_head_split): its records and dK / dV partials
+    const int split_c = bl_bwd_head_split(dm, true), split_n = bl_bwd_head_split(dm, false);
+    const size_t split = (size_t)(split_c > split_n ? split_c : split_n);
+    size_t o_rec = ws_take(&off, (cols * split + 1) * sizeof(int4));
+    const size_t part_floats =
+        split > 1 ? 2 * split * (size_t)(dm.batch * dm.seqlen_k * dm.heads_k * dm.head_dim) : 0;
+    size_t o_part = ws_take(&off, part_floats * sizeof(float));
     size_t o_next = ws_take(&off, sizeof(int));
     size_t o_unkept = ws_take(&off, 2 * BL_BWD_TM_DENSE * sizeof(float));
     if (base && ws) {
@@ -96,6 +135,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
         ws->dq_writers = (uint8_t *)(p + o_writers);
+        ws->dkv_part = part_floats ? (float *)(p + o_part) : NULL;
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }
@@ -439,6 +479,59 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
             postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq_direct, dq,
                                                  sb, ss, sh, blk, part);
     }
+}
+
+// A split dense call's dK and dV (bl_bwd_head_split): the sum of the parts' fp32 partials,
+// (2, P, B, Sk, Hk, D), times scale for dK, in the dtype. One 16-byte vector of the output per
+// thread (PP_VEC elements), its P partial pairs read as float4s.
+template <typename T>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_dkv_reduce_kernel(bl_bwd_dims dm, float scale, int split, const float *__restrict__ part,
+                         uint16_t *__restrict__ dk, int64_t k_sb, int64_t k_ss, int64_t k_sh,
+                         uint16_t *__restrict__ dv, int64_t v_sb, int64_t v_ss, int64_t v_sh) {
+    const int64_t vecs_per_row = dm.head_dim / PP_VEC;
+    const int64_t n = dm.batch * dm.seqlen_k * dm.heads_k * vecs_per_row;  // per tensor
+    const int64_t item = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
+    if (item >= 2 * n) return;
+    const int x = item >= n;  // 0: dK, 1: dV
+    const int64_t e = item - x * n;
+    const int64_t c = (e % vecs_per_row) * PP_VEC;
+    const int64_t row = e / vecs_per_row;  // (b, s, h) in (B, Sk, Hk) order
+    const int64_t h = row % dm.heads_k, bs = row / dm.heads_k;
+    const int64_t s = bs % dm.seqlen_k, b = bs / dm.seqlen_k;
+    const int64_t part_stride = n * PP_VEC;  // floats of one part of one tensor
+    const float4 *src =
+        reinterpret_cast<const float4 *>(part + (int64_t)x * split * part_stride + row * dm.head_dim + c);
+    float acc[PP_VEC] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < split; ++j) {
+        const float4 lo = src[j * part_stride / 4], hi = src[j * part_stride / 4 + 1];
+        acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
+        acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
+    }
+    const float mul = x == 0 ? scale : 1.0f;
+    uint16_t *dst = x == 0 ? dk + b * k_sb + s * k_ss + h * k_sh + c
+                           : dv + b * v_sb + s * v_ss + h * v_sh + c;
+    bl_vec16 o;
+#pragma unroll
+    for (int i = 0; i < PP_VEC; ++i) o.h[i] = float_to_bits<T>(acc[i] * mul);
+    *reinterpret_cast<uint4 *>(dst) = o.u;
+}
+
+bl_status bl_bwd_dkv_reduce_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale, int split,
+                                   bl_tensor dk, bl_tensor dv, const bl_bwd_workspace *ws,
+                                   cudaStream_t stream) {
+    if (ws->dkv_part == NULL)
+        return bl_set_error(BL_ERR_INTERNAL, "dK / dV split %d without partials", split);
+    const int64_t items = 2 * dm.batch * dm.seqlen_k * dm.heads_k * (dm.head_dim / PP_VEC);
+    const unsigned blocks = (unsigned)((items + PP_THREADS - 1) / PP_THREADS);
+    auto kernel = dtype == BL_DTYPE_BF16 ? bl_bwd_dkv_reduce_kernel<__nv_bfloat16>
+                                         : bl_bwd_dkv_reduce_kernel<__half>;
+    kernel<<<blocks, PP_THREADS, 0, stream>>>(dm, scale, split, ws->dkv_part,
+                                              (uint16_t *)dk.data, dk.stride_b, dk.stride_s,
+                                              dk.stride_h, (uint16_t *)dv.data, dv.stride_b,
+                                              dv.stride_s, dv.stride_h);
+    BL_CUDA_CHECK_LAUNCH("bl_bwd_dkv_reduce_kernel");
+    return BL_OK;
 }
 
 template <typename T, int D>

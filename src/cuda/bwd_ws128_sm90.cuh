@@ -107,6 +107,7 @@ struct ws_column {
     int count;        // list entries; -1: past the schedule's end
     const int *list;  // entries hl * tiles_m + m (query head hl of the group, row tile m)
     int count80;      // the 80-row kernel's list entries (p.lists80), on masked calls
+    int part;         // a split dense call's part of the column's query heads (bwd_params::head_split)
 };
 __device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const bl_bwd_dims &dm = p.dm;
@@ -117,7 +118,7 @@ __device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const int col = rec.x < 0 ? 0 : rec.x, tn = (int)dm.tiles_n, hk = (int)dm.heads_k;
     const int bg = col / tn, b = bg / hk;
     return ws_column{b, bg - b * hk, col - bg * tn, rec.x < 0 ? -1 : rec.y,
-                     p.lists + (int64_t)col * (dm.group * dm.tiles_m), rec.z};
+                     p.lists + (int64_t)col * (dm.group * dm.tiles_m), rec.z, rec.w};
 }
 // The CTA's k-th column, from record slot k & 1, by a consumer thread or the reducer.
 __device__ __forceinline__ ws_column ws_take_column(const bwd_params &p, uint32_t bars,

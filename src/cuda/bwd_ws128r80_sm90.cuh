@@ -360,17 +360,46 @@ __device__ __forceinline__ void r80_start_acc(float (&acc)[N]) {
     }
 }
 
+// A split column's dK (x = 0) or dV (x = 1) partial, unscaled, from this thread's accumulator
+// fragments (warp w's keys 16 w.., rows lg and lg + 8 of each n8 tile of head-dim columns) into
+// p.dkv_part (2, P, B, Sk, Hk, D): a quad's four float2 stores fill one 32-byte sector of a key's
+// row. Keys past Sk are not stored (the reduction reads only Sk rows).
+__device__ __forceinline__ void r80_store_dkv_part(const bwd_params &p, const ws_column &cl, int x,
+                                                   const float (&acc)[128 / 8 * 4], int warp,
+                                                   int lane) {
+    constexpr int D = 128;
+    const bl_bwd_dims &dm = p.dm;
+    const int lg = lane >> 2, lt = lane & 3;
+    const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
+    float *dst = p.dkv_part + ((int64_t)x * p.head_split + cl.part) * part_floats;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t key = cl.n * BN + warp * KEYS_PER_WARP + lg + 8 * half;
+        if (key >= dm.seqlen_k) continue;
+        float *row = dst + ((cl.b * dm.seqlen_k + key) * dm.heads_k + cl.g) * D + 2 * lt;
+#pragma unroll
+        for (int t = 0; t < D / 8; ++t)
+            *reinterpret_cast<float2 *>(row + 8 * t) =
+                make_float2(acc[4 * t + 2 * half], acc[4 * t + 2 * half + 1]);
+    }
+}
+
 // p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G, PACKED:
 // BL_DQ_TILES64R. CAUSAL: the walk cuts at p.diag (p.causal set, or a non-causal call's dense
 // walk with p.diag = BL_BWD_DIAG_NONE: attn_bwd_sm90.cu). KEYS_FULL (non-causal masked walks):
 // Sk is a multiple of BN, so every column's keys fill it and the key-limit selects go.
-template <typename T, bool CAUSAL, int ENTRIES, bool KEYS_FULL = false>
+// SPLIT (dense walk, bwd_params::head_split > 1): each drawn column is one part of a column's
+// query heads, its dK / dV stored as fp32 partials from registers (r80_store_dkv_part) instead of
+// staged and stored by the reducer; an instantiation of its own, so that the unsplit kernels
+// keep their SASS.
+template <typename T, bool CAUSAL, int ENTRIES, bool KEYS_FULL = false, bool SPLIT = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     constexpr bool ZERO_ACC = r80_zero_acc<CAUSAL, ENTRIES>();
     static_assert(!(CAUSAL && ENTRIES == R80_MASKED) && !(!CAUSAL && ENTRIES == R80_LISTS),
                   "aligned masked entries: LISTS with a causal mask, MASKED without one");
     static_assert(!KEYS_FULL || (!CAUSAL && ENTRIES != R80_DENSE),
                   "KEYS_FULL: the non-causal masked walks (the dense one takes the causal walk)");
+    static_assert(!SPLIT || ENTRIES == R80_DENSE, "SPLIT: the dense walk");
     constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
     constexpr bool MASKED = ENTRIES == R80_MASKED || PACKED;  // (staged query-group major)
     // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
@@ -427,7 +456,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     int *s_entry = reinterpret_cast<int *>(smem_base + L::ENTRY);  // [4]: r80_smem::ENTRY
 
     const bl_bwd_dims &dm = p.dm;
-    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
+    // SPLIT: schedule positions are (column, part) pairs, each part's heads R80_HPP from
+    // part * R80_HPP (a macro: a variable moved the non-causal dense walk's SASS)
+    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n * (SPLIT ? p.head_split : 1);
+#define R80_HPP (SPLIT ? (int)dm.group / p.head_split : (int)dm.group)
     const int tiles_m = (int)dm.tiles_m80;
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
 
@@ -469,7 +501,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
-                                           : (int)dm.group * (tiles_m - m_first);
+                                           : R80_HPP * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
                 // the column's keys before Sk, handed to the consumers with each entry (see P^T)
                 const int64_t key_room = dm.seqlen_k - cl.n * BN;
@@ -479,7 +511,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 // A masked call's entries are read one ahead: the load's latency then overlaps
                 // the waits instead of delaying the TMA issue.
                 int code_next = aligned && count > 0 ? list[0] : 0;
-                int hl = 0, m = m_first, bits = 3;  // entry it: q head hl of the group, row tile m
+                // entry it: q head hl of the group, row tile m
+                int hl = SPLIT ? cl.part * R80_HPP : 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gi) {
                     if (aligned) {
                         r80_list_entry(code_next, hl, m, bits);
@@ -536,10 +569,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
-                                           : (int)dm.group * (tiles_m - m_first);
+                                           : R80_HPP * (tiles_m - m_first);
                 const int *list = r80_list(p, cl);
                 int code_next = aligned && count > 0 ? list[0] : 0;  // one ahead, as the producer
-                int hl = 0, m = m_first, bits = 3;
+                int hl = SPLIT ? cl.part * R80_HPP : 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gj) {
                     if (aligned) {
                         r80_list_entry(code_next, hl, m, bits);
@@ -565,14 +598,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                     if (ENTRIES == R80_DENSE && ++m == tiles_m) m = m_first, ++hl;
                 }
                 // dK from the dS buffers, then dV from the dQ staging (position gj)
+                // (SPLIT: the consumers stored the partials; the hand-overs stay the same.)
                 mbarrier_wait(bars + R80_DKFULL, (uint32_t)k & 1u);
                 BL_TLCOL(true, 2, 2, 0);
-                ws_store_dkv(p, s0 + L::DS, 0, cl);
+                if constexpr (!SPLIT) ws_store_dkv(p, s0 + L::DS, 0, cl);
                 mbarrier_arrive(bars + R80_DSFREE);
                 BL_TLCOL(true, 2, 3, 0);
                 mbarrier_wait(bars + ws_bars::DQFULL, (uint32_t)gj & 1u);
                 BL_TLCOL(true, 2, 4, 0);
-                ws_store_dkv(p, s0 + L::DQS, 1, cl);
+                if constexpr (!SPLIT) ws_store_dkv(p, s0 + L::DQS, 1, cl);
                 mbarrier_arrive(bars + ws_bars::DQEMPTY);
                 BL_TLCOL(true, 2, 5, 0);
                 ++gj;
@@ -601,7 +635,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         if (cl.count < 0) break;
         const int count = aligned  ? cl.count80
                           : packed ? bl_bwd_packed_count(cl.count)
-                                   : (int)dm.group * (tiles_m - r80_first_tile<CAUSAL>(p.diag, cl.n));
+                                   : R80_HPP * (tiles_m - r80_first_tile<CAUSAL>(p.diag, cl.n));
         BL_TLCOL(ct == 0, 0, 1, count);
         const int64_t key0 = cl.n * BN;
         // CAUSAL: query 80m + ir sees key key0 + jr where jr - ir <= 80m + causal_base.
@@ -874,12 +908,18 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         // so ~2500 (16k x 16 x 128, `attn_bwd timelinecols80`,
         // bench/results/bwd-s69-column-end.txt).
         named_barrier_sync(WS_BAR_DS, THREADS);
-        ws_stage_dkv<T>(s0 + L::DS, dk_acc, p.scale, warp, lane);
+        if constexpr (SPLIT)
+            r80_store_dkv_part(p, cl, 0, dk_acc, warp, lane);
+        else
+            ws_stage_dkv<T>(s0 + L::DS, dk_acc, p.scale, warp, lane);
         bl_fence_proxy_async();
         __syncwarp();
         if (lane == 0) mbarrier_arrive(bars + R80_DKFULL);
         mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)(g0 + count + k) & 1u) ^ 1u);
-        ws_stage_dkv<T>(s0 + L::DQS, dv_acc, 1.0f, warp, lane);
+        if constexpr (SPLIT)
+            r80_store_dkv_part(p, cl, 1, dv_acc, warp, lane);
+        else
+            ws_stage_dkv<T>(s0 + L::DQS, dv_acc, 1.0f, warp, lane);
         bl_fence_proxy_async();
         __syncwarp();
         if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
@@ -887,6 +927,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         g0 += count;
     }  // columns
 #undef BL_TL80C
+#undef R80_HPP
 }
 
 }  // namespace bl_bwd

@@ -665,7 +665,7 @@ enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAU
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window,
-                              int parts, int *__restrict__ schedule, int4 *__restrict__ recs,
+                              int parts, int split, int *__restrict__ schedule, int4 *__restrict__ recs,
                               int *__restrict__ next, unsigned long long *__restrict__ totals) {
     sched_dependent_start();
     const int w0 = (blockIdx.x / parts) * window;
@@ -701,7 +701,9 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     if (i < n) {
         const int rank = r0 + r1;
         schedule[w0 + rank] = w0 + i;
-        recs[w0 + rank] = make_int4(w0 + i, ci, c80, 0);
+        // a split call's column as `split` consecutive records, one per part of its query heads
+        for (int j = 0; j < split; ++j)
+            recs[(int64_t)(w0 + rank) * split + j] = make_int4(w0 + i, ci, c80, j);
     }
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
@@ -724,7 +726,7 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         }
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
-        recs[num_cols] = make_int4(-1, 0, 0, 0);
+        recs[(int64_t)num_cols * split] = make_int4(-1, 0, 0, 0);
         *next = 0;
     }
 }
@@ -781,10 +783,13 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     return BL_OK;
 }
 
-bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
+bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
     if (causal && dm.head_dim != 128) {
+        if (split != 1)
+            return bl_set_error(BL_ERR_INTERNAL, "head split %d at head dim %lld", split,
+                                (long long)dm.head_dim);
         BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0, stream,
                                 /*dependent=*/true, (const int *)ws->counts, (int)cols,
                                 ws->schedule, ws->sched_rec, ws->sched_next));
@@ -803,7 +808,7 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                             dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, dm, causal,
                             (const int *)ws->counts,
                             rows80 ? (const int *)ws->counts80 : (const int *)NULL, (int)cols,
-                            window, parts, ws->schedule, ws->sched_rec, ws->sched_next,
+                            window, parts, split, ws->schedule, ws->sched_rec, ws->sched_next,
                             ws->totals));
     return BL_OK;
 }

@@ -155,6 +155,19 @@ def test_gpu_dense_backward_many_short_columns(causal):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batch,seqlens,heads_q,heads_k", [
+    (1, (2000, 2000), 8, 1), (1, (700, 1500), 16, 1), (2, (1000, 1000), 12, 2), (1, (130, 256), 8, 2)],
+    ids=["mqa8", "mqa16_sq<sk", "gqa6", "gqa4_keys_full"])
+def test_gpu_dense_backward_split_columns(dtype, causal, batch, seqlens, heads_q, heads_k):
+    """Dense head-dim-128 calls with fewer (b, kv head, key tile) columns than SMs: each column's
+    query heads go to several CTAs (bl_bwd_head_split: up to 8 parts here), whose fp32 dK / dV
+    partials a reduction sums -- MQA with groups of 8 and 16, Sq < Sk, a group of 6 (2 parts),
+    and keys filling whole key tiles (the non-causal call's causal walk)."""
+    check_dense_backward(random_qkv(batch, *seqlens, heads_q, heads_k, 128, dtype, DEV), causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_explicit_mask_backward(dtype, head_dim, causal):
@@ -307,8 +320,11 @@ def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal, sk):
     """A mask that keeps every tile gives the dense call's gradients: the device runs the dense
     kernel for it (with a causal mask, for a mask keeping every tile the causal mask allows),
     whose dK and dV sum in a fixed order: the same bits. Sk = 1024 fills whole key tiles: without
-    a causal mask both calls then take the causal dense walk (attn_bwd_sm90.cu)."""
-    q, k, v = random_qkv(1, 700, sk, 4, 2, 128, torch.bfloat16, DEV)
+    a causal mask both calls then take the causal dense walk (attn_bwd_sm90.cu). One query head
+    per K / V head: a dense call of a group on this few columns splits its query heads
+    (bl_bwd_head_split) and sums dK / dV in another order than a masked call, whose dense walk
+    does not split (test_gpu_dense_backward_split_columns checks those)."""
+    q, k, v = random_qkv(1, 700, sk, 4, 4, 128, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
     tm, tn = back_lite.num_tiles(700, sk, DEV)
