@@ -106,7 +106,12 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             const size_t smem = WS_SMEM_BYTES;
             // Without a causal mask and with whole key tiles no entry is masked (KEYS_FULL).
             const bool keys_full = bl_bwd_keys_full(p.dm, p.causal != 0);
+            // a split call (bl_bwd_head_split): its SPLIT form, a draw per (column, part)
+            const bool split = p.head_split > 1 && !without_dq;
+            if (split) num_cols *= p.head_split;
             auto kernel = without_dq  ? bwd_ws128_kernel<T, false>
+                          : split     ? (keys_full ? bwd_ws128_kernel<T, true, false, true, true>
+                                                   : bwd_ws128_kernel<T, true, false, false, true>)
                           : keys_full ? bwd_ws128_kernel<T, true, false, true>
                                       : bwd_ws128_kernel<T, true>;
             // Persistent: one CTA per SM walks the schedule (at most one fits: 227 KB).
@@ -116,7 +121,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             const int64_t grid = num_cols < ctas ? num_cols : ctas;
             // With p.dq_direct the DIRECT form first: the device picks one of the two, the
             // other returns at once (bl_bwd_dq_direct_chosen).
-            if (p.dq_direct && !without_dq) {
+            if (p.dq_direct && !without_dq && !split) {
                 auto direct = keys_full ? bwd_ws128_kernel<T, true, true, true>
                                         : bwd_ws128_kernel<T, true, true>;
                 BL_CUDA_CHECK(cudaFuncSetAttribute(
@@ -379,6 +384,20 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // (select_sm90.cu): calls too long or too grouped for that encoding keep version 10 alone.
     if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
     const bool forced = g_variant == BL_BWD_VARIANT_WS128_ROWS80;  // no choice: 80 rows, aligned
+    // A call whose columns are too few for the SMs splits each column's query heads
+    // (bl_bwd_head_split): dense calls on the 80-row kernel's dense walk, masked and selected ones
+    // on version 10 alone (its lists hold each head's entries as one run; the 80-row kernel's
+    // masked walks have no split form).
+    const bool v10_ships = d->head_dim == 128 && tma_kv && !dq_rows &&
+                           (g_variant == BL_BWD_VARIANT_WGMMA ||
+                            g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
+                            g_variant == BL_BWD_VARIANT_WS128_ROWS64);
+    if (v10_ships && (masked || rows80 || g_variant == BL_BWD_VARIANT_WS128_ROWS64)) {
+        p.head_split = bl_bwd_head_split(dm, d->causal != 0);
+        if (p.head_split > 1 && masked) rows80 = false;
+        if (p.head_split > 1 && ws.dkv_part == NULL)
+            return bl_set_error(BL_ERR_INTERNAL, "head split %d without partials", p.head_split);
+    }
     bl_dq_layout layout = BL_DQ_ROWS;
     if (dq_rows)
         layout = BL_DQ_NONE;
@@ -403,14 +422,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // kernel (bl_bwd_dq_writers_used); for the others it stays NULL.
     if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, selecting, &ws, stream));
-    // A dense call on the 80-row kernel whose columns are too few for the SMs splits each
-    // column's query heads (bl_bwd_head_split).
-    if (rows80 && !masked && !dq_rows) {
-        p.head_split = bl_bwd_head_split(dm, d->causal != 0);
-        p.dkv_part = ws.dkv_part;
-        if (p.head_split > 1 && p.dkv_part == NULL)
-            return bl_set_error(BL_ERR_INTERNAL, "head split %d without partials", p.head_split);
-    }
+    p.dkv_part = ws.dkv_part;
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, &ws, stream));
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
     if (!dq_rows) BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
@@ -466,6 +478,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
             st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows)
                       : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows);
         if (st != BL_OK) return st;
+        if (p.head_split > 1 && !dq_rows)
+            BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws,
+                                            stream));
         if (dq_rows && !perm)
             return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: dq-rows path without version 10");
         if (dq_rows) return BL_OK;  // dq written by the dq-rows kernel

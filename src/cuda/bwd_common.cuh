@@ -65,7 +65,7 @@ struct bl_bwd_workspace {
     // split (bl_bwd_head_split; 1 on every call but a split dense one); the last {-1, 0, 0, 0}
     int4 *sched_rec;
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
-    // (2, P, B, Sk, Hk, D) fp32: a split dense call's dK and dV partials, one per part of each
+    // (2, P, B, Sk, Hk, D) fp32: a split call's dK and dV partials, one per part of each
     // column's query heads (bl_bwd_head_split), summed by bl_bwd_dkv_reduce_launch
     float *dkv_part;
 };
@@ -179,15 +179,19 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 
-// How many parts a dense head-dim-128 call splits each column's G query heads into (1: none).
-// The persistent 80-row kernel walks one column (b, kv head, key tile) per draw, all G query
-// heads of it; where the columns are too few for the SMs -- few kv heads (GQA / MQA after tensor
+// How many parts a head-dim-128 call splits each column's G query heads into (1: none). The
+// persistent kernels walk one column (b, kv head, key tile) per draw, all G query heads of it;
+// where the columns are too few for the SMs -- few kv heads (GQA / MQA after tensor
 // parallelism), short sequences, causal columns as long as two average ones -- the call's time is
 // its longest column's. A split column is P columns of G / P heads each, whose dK / dV go to
-// fp32 partials (bl_bwd_workspace::dkv_part) that bl_bwd_dkv_reduce_launch sums.
+// fp32 partials (bl_bwd_workspace::dkv_part) that bl_bwd_dkv_reduce_launch sums: dense calls on
+// the 80-row kernel's dense walk, masked and selected ones on version 10 alone.
 // bwd_prepost_sm90.cu; the workspace holds the partials of the larger of the causal and
 // non-causal choices.
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);
+// Dev only (dev/cuda/attn_bwd.cu): the most parts bl_bwd_head_split may choose (1: no split), so
+// that checks written for the 80-row kernel's masked walks still reach them on shapes that split.
+void bl_bwd_set_head_split_cap(int cap);
 
 // Lays the workspace out from `base` (NULL: sizes only); returns the bytes it needs.
 size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspace *ws);
@@ -276,7 +280,7 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
                                     const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // bwd_prepost_sm90.cu: dk = scale * (sum of the split parts' dK partials), dv = the sum of
-// theirs, in the dtype (a split dense call: bl_bwd_head_split).
+// theirs, in the dtype (a split call: bl_bwd_head_split).
 bl_status bl_bwd_dkv_reduce_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale, int split,
                                    bl_tensor dk, bl_tensor dv, const bl_bwd_workspace *ws,
                                    cudaStream_t stream);

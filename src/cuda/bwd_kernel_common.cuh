@@ -76,8 +76,8 @@ struct bwd_params {
     // cheaper a tile than the non-causal one (bench/results/bwd-s63-causal-code-ab.txt run 4,
     // bwd-s64-nc-on-causal-walk.txt). Last, for the reason dq_writers gives.
     int64_t diag;
-    // A split dense call (bl_bwd_head_split > 1; the 80-row kernel's SPLIT form): each column's
-    // query heads in head_split parts, part j of a column its G / head_split heads from
+    // A split call (bl_bwd_head_split > 1; the SPLIT forms of the 80-row kernel's dense walk and
+    // of version 10): each column's query heads in head_split parts, part j of a column its G / head_split heads from
     // j G / head_split, its dK / dV (unscaled) stored as fp32 partials into dkv_part,
     // (2, head_split, B, Sk, Hk, D). 1 / NULL elsewhere. Last, for the reason dq_writers gives.
     int head_split;

@@ -75,14 +75,20 @@ static double split_makespan(int64_t cols, int sms, bool causal, int parts) {
     return (longest > balanced ? longest : balanced) + SPLIT_PART_COST * p;
 }
 
+static int g_head_split_cap = SPLIT_MAX;
+void bl_bwd_set_head_split_cap(int cap) { g_head_split_cap = cap < 1 ? 1 : cap; }
+
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
     int sms = 0;
-    if (dm.head_dim != 128 || dm.group < 2 || bl_sm_count(&sms) != BL_OK || sms <= 0) return 1;
+    if (dm.head_dim != 128 || dm.group < 2 || g_head_split_cap < 2 || bl_sm_count(&sms) != BL_OK ||
+        sms <= 0)
+        return 1;
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols >= (int64_t)SPLIT_MIN_ROUNDS * sms) return 1;
     int best = 1;
     double best_cost = split_makespan(cols, sms, causal, 1);
-    for (int parts = 2; parts <= SPLIT_MAX && dm.group % parts == 0; parts *= 2) {
+    for (int parts = 2; parts <= g_head_split_cap && parts <= SPLIT_MAX && dm.group % parts == 0;
+         parts *= 2) {
         const double cost = split_makespan(cols, sms, causal, parts);
         if (cost < best_cost) best = parts, best_cost = cost;
     }
@@ -481,7 +487,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     }
 }
 
-// A split dense call's dK and dV (bl_bwd_head_split): the sum of the parts' fp32 partials,
+// A split call's dK and dV (bl_bwd_head_split): the sum of the parts' fp32 partials,
 // (2, P, B, Sk, Hk, D), times scale for dK, in the dtype. One 16-byte vector of the output per
 // thread (PP_VEC elements), its P partial pairs read as float4s.
 template <typename T>

@@ -107,7 +107,7 @@ struct ws_column {
     int count;        // list entries; -1: past the schedule's end
     const int *list;  // entries hl * tiles_m + m (query head hl of the group, row tile m)
     int count80;      // the 80-row kernel's list entries (p.lists80), on masked calls
-    int part;         // a split dense call's part of the column's query heads (bwd_params::head_split)
+    int part;         // a split call's part of the column's query heads (bwd_params::head_split)
 };
 __device__ __forceinline__ ws_column ws_decode(const bwd_params &p, int4 rec) {
     const bl_bwd_dims &dm = p.dm;
@@ -174,6 +174,51 @@ __device__ __forceinline__ void ws_store_dkv(const bwd_params &p, uint32_t src, 
                      panel * PANEL_COLS, (int)(cl.n * BN), (int)cl.g, (int)cl.b);
     bulk_commit_group();
     bulk_wait_group_read<0>();
+}
+
+// A split column's dK (x = 0) or dV (x = 1) partial, unscaled, from this thread's accumulator
+// fragments (warp w's keys 16 w.., rows lg and lg + 8 of each n8 tile of head-dim columns) into
+// p.dkv_part (2, P, B, Sk, Hk, D): a quad's four float2 stores fill one 32-byte sector of a key's
+// row. Keys past Sk are not stored (the reduction reads only Sk rows).
+__device__ __forceinline__ void ws_store_dkv_part(const bwd_params &p, const ws_column &cl, int x,
+                                                  const float (&acc)[128 / 8 * 4], int warp,
+                                                  int lane) {
+    constexpr int D = 128;
+    const bl_bwd_dims &dm = p.dm;
+    const int lg = lane >> 2, lt = lane & 3;
+    const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
+    float *dst = p.dkv_part + ((int64_t)x * p.head_split + cl.part) * part_floats;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int64_t key = cl.n * BN + warp * KEYS_PER_WARP + lg + 8 * half;
+        if (key >= dm.seqlen_k) continue;
+        float *row = dst + ((cl.b * dm.seqlen_k + key) * dm.heads_k + cl.g) * D + 2 * lt;
+#pragma unroll
+        for (int t = 0; t < D / 8; ++t)
+            *reinterpret_cast<float2 *>(row + 8 * t) =
+                make_float2(acc[4 * t + 2 * half], acc[4 * t + 2 * half + 1]);
+    }
+}
+
+// SPLIT (bwd_params::head_split > 1): the column's list entries of its part's query heads,
+// [part * hpp, (part + 1) * hpp) with hpp = G / head_split: a contiguous run of the list, whose
+// codes hl * Tm + m ascend (the lists kernel's order), found by two binary searches.
+__device__ __forceinline__ int ws_list_lower_bound(const int *list, int count, int code) {
+    int lo = 0, hi = count;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (list[mid] < code) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+__device__ __forceinline__ void ws_part_range(const bwd_params &p, ws_column &cl) {
+    if (cl.count < 0) return;  // past the schedule's end
+    const int span = (int)p.dm.group / p.head_split * (int)p.dm.tiles_m;  // codes per part
+    const int a = ws_list_lower_bound(cl.list, cl.count, cl.part * span);
+    const int z = ws_list_lower_bound(cl.list, cl.count, (cl.part + 1) * span);
+    cl.list += a;
+    cl.count = z - a;
 }
 
 // The column's epilogue goes through the dQ staging ring: dK (times scale) and dV of the column's
@@ -293,10 +338,17 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
 // in launch_main): no entry needs the mask, so the P^T phase compiles without its eight guarded
 // mask blocks and the consumers without the query tile's division (m is the mask's only use
 // there): the entry loop 571 instructions against 865 (DIRECT 652 against 942).
-template <typename T, bool WITH_DQ = true, bool DIRECT = false, bool KEYS_FULL = false>
+// SPLIT (bwd_params::head_split > 1, a call whose columns are too few for the SMs:
+// bl_bwd_head_split): each drawn column is one part of a column's query heads, its list the run
+// of those heads' entries (ws_part_range), its dK / dV stored as fp32 partials from registers
+// (ws_store_dkv_part) instead of staged and stored by the reducer. Its own instantiation, so that
+// the other forms keep their SASS.
+template <typename T, bool WITH_DQ = true, bool DIRECT = false, bool KEYS_FULL = false,
+          bool SPLIT = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_constant__ bwd_params p) {
     static_assert(WITH_DQ || !DIRECT, "the direct dQ needs the dQ");
     static_assert(WITH_DQ || !KEYS_FULL, "KEYS_FULL: the shipped forms only");
+    static_assert(!SPLIT || (WITH_DQ && !DIRECT), "SPLIT: the plain forms");
     // A masked call may launch this kernel and then the 80-row one (bwd_ws128r80_sm90.cuh) as
     // its programmatic dependent, released at once (its CTAs take an SM only as this kernel's
     // leave it, and wait for this grid to complete); the one the entry totals do not pick
@@ -326,7 +378,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     // Persistent (ws_column): the mbarrier rings run on over column boundaries (gi / gj count
     // the CTA's entries so far), so the producer loads a column's first row tiles while the
     // consumers finish the last one.
-    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
+    // SPLIT: schedule positions are (column, part) pairs
+    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n * (SPLIT ? p.head_split : 1);
     const int tiles_m = (int)dm.tiles_m;
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
     volatile int *s_dq_flags = reinterpret_cast<volatile int *>(smem_base + L::BARS + WS_DQ_FLAGS);
@@ -348,7 +401,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 BL_TLCOL(true, 1, 0, 0);
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
-                const ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                if constexpr (SPLIT) ws_part_range(p, cl);
                 BL_TLCOL(true, 1, 1, 0);
                 // DIRECT: each entry's flag (WS_DQ_FLAGS), from its row tile's entry count
                 // loaded an entry ahead (the first at the column's start), published by the FULL
@@ -392,8 +446,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             // The CTA's entry gj's dQ, staged by the 8 consumer warps in staging buffer gj & 1.
             int gj = 0;
             for (int k = 0;; ++k) {
-                const ws_column cl = ws_take_column(p, bars, col_slots, k);
+                ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
+                if constexpr (SPLIT) ws_part_range(p, cl);
                 // The entries of an entry's row tile (p.dq_writers: bwd_kernel_common.cuh), read
                 // one entry ahead so that the load's latency passes under the previous entry.
                 auto writers = [&](int it) {
@@ -442,7 +497,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const int buf = gj & 1;
                     const uint32_t src = s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES;
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
-                    ws_store_dkv(p, src, x, cl);
+                    // (SPLIT: the consumers stored the partials; the hand-overs stay the same.)
+                    if constexpr (!SPLIT) ws_store_dkv(p, src, x, cl);
                     mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
                 }
             }
@@ -465,9 +521,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     int kc = 0;  // the CTA's K / V loads before this column
     for (int k = 0;; ++k) {
         BL_TLCOL(ct == 0, 0, 0, 0);
-        const ws_column cl = ws_take_column(p, bars, col_slots, k);
+        ws_column cl = ws_take_column(p, bars, col_slots, k);
         BL_TLCOL(ct == 0, 0, 1, cl.count);
         if (cl.count < 0) break;
+        if constexpr (SPLIT) ws_part_range(p, cl);
         const int64_t n = cl.n;
         const int count = cl.count;
         const int *list = cl.list;
@@ -736,7 +793,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             const int gd = (WITH_DQ ? g0 + count : 0) + 2 * k + x, sb = gd & 1;
             mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * sb, ((uint32_t)(gd >> 1) & 1u) ^ 1u);
             const uint32_t sbuf = s0 + L::DQS + (uint32_t)(sb * WARPS) * DQ_WARP_BYTES;
-            if (x == 0)
+            if constexpr (SPLIT)
+                ws_store_dkv_part(p, cl, x, x == 0 ? dk_acc : dv_acc, warp, lane);
+            else if (x == 0)
                 ws_stage_dkv<T>(sbuf, dk_acc, p.scale, warp, lane);
             else
                 ws_stage_dkv<T>(sbuf, dv_acc, 1.0f, warp, lane);

@@ -360,36 +360,12 @@ __device__ __forceinline__ void r80_start_acc(float (&acc)[N]) {
     }
 }
 
-// A split column's dK (x = 0) or dV (x = 1) partial, unscaled, from this thread's accumulator
-// fragments (warp w's keys 16 w.., rows lg and lg + 8 of each n8 tile of head-dim columns) into
-// p.dkv_part (2, P, B, Sk, Hk, D): a quad's four float2 stores fill one 32-byte sector of a key's
-// row. Keys past Sk are not stored (the reduction reads only Sk rows).
-__device__ __forceinline__ void r80_store_dkv_part(const bwd_params &p, const ws_column &cl, int x,
-                                                   const float (&acc)[128 / 8 * 4], int warp,
-                                                   int lane) {
-    constexpr int D = 128;
-    const bl_bwd_dims &dm = p.dm;
-    const int lg = lane >> 2, lt = lane & 3;
-    const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
-    float *dst = p.dkv_part + ((int64_t)x * p.head_split + cl.part) * part_floats;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int64_t key = cl.n * BN + warp * KEYS_PER_WARP + lg + 8 * half;
-        if (key >= dm.seqlen_k) continue;
-        float *row = dst + ((cl.b * dm.seqlen_k + key) * dm.heads_k + cl.g) * D + 2 * lt;
-#pragma unroll
-        for (int t = 0; t < D / 8; ++t)
-            *reinterpret_cast<float2 *>(row + 8 * t) =
-                make_float2(acc[4 * t + 2 * half], acc[4 * t + 2 * half + 1]);
-    }
-}
-
 // p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G, PACKED:
 // BL_DQ_TILES64R. CAUSAL: the walk cuts at p.diag (p.causal set, or a non-causal call's dense
 // walk with p.diag = BL_BWD_DIAG_NONE: attn_bwd_sm90.cu). KEYS_FULL (non-causal masked walks):
 // Sk is a multiple of BN, so every column's keys fill it and the key-limit selects go.
 // SPLIT (dense walk, bwd_params::head_split > 1): each drawn column is one part of a column's
-// query heads, its dK / dV stored as fp32 partials from registers (r80_store_dkv_part) instead of
+// query heads, its dK / dV stored as fp32 partials from registers (ws_store_dkv_part) instead of
 // staged and stored by the reducer; an instantiation of its own, so that the unsplit kernels
 // keep their SASS.
 template <typename T, bool CAUSAL, int ENTRIES, bool KEYS_FULL = false, bool SPLIT = false>
@@ -909,7 +885,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         // bench/results/bwd-s69-column-end.txt).
         named_barrier_sync(WS_BAR_DS, THREADS);
         if constexpr (SPLIT)
-            r80_store_dkv_part(p, cl, 0, dk_acc, warp, lane);
+            ws_store_dkv_part(p, cl, 0, dk_acc, warp, lane);
         else
             ws_stage_dkv<T>(s0 + L::DS, dk_acc, p.scale, warp, lane);
         bl_fence_proxy_async();
@@ -917,7 +893,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         if (lane == 0) mbarrier_arrive(bars + R80_DKFULL);
         mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)(g0 + count + k) & 1u) ^ 1u);
         if constexpr (SPLIT)
-            r80_store_dkv_part(p, cl, 1, dv_acc, warp, lane);
+            ws_store_dkv_part(p, cl, 1, dv_acc, warp, lane);
         else
             ws_stage_dkv<T>(s0 + L::DQS, dv_acc, 1.0f, warp, lane);
         bl_fence_proxy_async();
