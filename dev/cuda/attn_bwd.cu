@@ -433,9 +433,9 @@ static int run_case(const Case &c) {
                        variants.end());
     for (int variant : variants) {
     bl_bwd_set_variant(variant);
-    // Cases written for one of the device's picks keep it: without the head split, which takes
-    // masked calls of few columns to version 10 alone (bl_bwd_head_split).
-    bl_bwd_set_head_split_cap(c.pick != kPickAny && c.mode != 0 ? 1 : 1 << 30);
+    // The shipped choice splits the query heads of a call of few columns (bl_bwd_head_split:
+    // every GQA / MQA case here); on 3 CTAs the unsplit kernels run the same cases.
+    bl_bwd_set_head_split_cap(variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 1 : 1 << 30);
     bl_attn_desc desc = make_desc(c, scale);
     size_t wsb = 0;
     BL(bl_cuda_bwd_workspace_size(&desc, &wsb));
@@ -489,20 +489,26 @@ static int run_case(const Case &c) {
              !ev.bad_nan && sel_diff == 0;
     // The kernel the device picked for a masked head-dim-128 call under the shipped choice
     // (the entry totals the lists kernel left in the workspace).
+    // the head split the library took (bl_bwd_head_split: the shipped head-dim-128 kernels)
+    // (not for masked calls without a causal mask whose keys fill whole key tiles)
+    const bl_bwd_dims split_dm = bl_bwd_make_dims(&desc);
+    const int split = c.D == 128 &&
+                              (variant == BL_BWD_VARIANT_WGMMA ||
+                               variant == BL_BWD_VARIANT_WS128_ROWS64) &&
+                              !(c.mode != 0 && bl_bwd_keys_full(split_dm, c.causal != 0))
+                          ? bl_bwd_head_split(split_dm, c.causal != 0)
+                          : 1;
     const char *pick = "";
     if (c.D == 128 && c.mode != 0 &&
         (variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_FEW_CTAS)) {
         bl_bwd_workspace w;
         const bl_bwd_dims dm = bl_bwd_make_dims(&desc);
         bl_bwd_workspace_layout(dm, ws, &w);
-        const int split = bl_bwd_head_split(dm, c.causal != 0);
+
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
         const bool keys_full = bl_bwd_keys_full(dm, c.causal != 0);
-        static char split_pick[48];
-        snprintf(split_pick, sizeof split_pick, " [64 rows, %d-way head split]", split);
-        pick = split > 1                   ? split_pick
-               : bl_bwd_masked_full(tot)   ? " [80 rows, dense]"
+        pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
                : !bl_bwd_rows80_chosen(tot, c.causal, keys_full)
                    ? (bl_bwd_dq_direct_chosen(tot, dm) ? " [64 rows, direct dQ]" : " [64 rows]")
                : !bl_bwd_packed_chosen(tot, c.causal) ? " [80 rows]"
@@ -515,8 +521,7 @@ static int run_case(const Case &c) {
             if (!mask[t] && m >= dm.tiles_m - bl_bwd_allowed_row_tiles(dm, c.causal, n))
                 full = false;
         }
-        // (A split call runs version 10 alone and its lists kernel sums no totals.)
-        if (split == 1 && bl_bwd_masked_full(tot) != full) ok = 0;
+        if (bl_bwd_masked_full(tot) != full) ok = 0;
         // Cases written for packed (or aligned) entries must still reach them: a change of the
         // cost constants would otherwise leave that path unchecked without a word.
         const bool packed = bl_bwd_rows80_chosen(tot, c.causal, keys_full) && !bl_bwd_masked_full(tot) &&
@@ -536,6 +541,7 @@ static int run_case(const Case &c) {
            c.padded ? " strided" : "", c.nan_row ? " nan" : c.synthetic ? " long" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
            ok ? "PASS" : "FAIL", pick);
+    if (split > 1) printf("      (the call above: %d-way head split)\n", split);
     cudaFree(ws); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_do);
     cudaFree(d_dq); cudaFree(d_dk); cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_W);
     cudaFree(d_mask);

@@ -156,27 +156,38 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
 // Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set; in a
 // masked call p.tm_qp / p.tm_dop too), walking `entries` (r80_entries): R80_DENSE, or a masked
 // call's p.lists80 (R80_LISTS with a causal mask, R80_MASKED without) or packed entries.
+// The 80-row kernel's instantiation for a walk: the causal walk (a causal call's, or a
+// non-causal dense call's with an unreachable diagonal), the non-causal masked walks with or
+// without key-limit selects (KEYS_FULL); SPLIT: a split call's forms (bl_bwd_head_split).
+template <typename T, bool SPLIT>
+static void (*rows80_kernel(bool causal_walk, bool keys_full, r80_entries entries))(bwd_params) {
+    if (causal_walk)
+        return entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS, false, SPLIT>
+               : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED, false, SPLIT>
+                                       : bwd_ws128r80_kernel<T, true, R80_DENSE, false, SPLIT>;
+    // (A split call has no KEYS_FULL masked walk: bl_cuda_backward does not split those calls.)
+    if (entries == R80_MASKED)
+        return keys_full && !SPLIT ? bwd_ws128r80_kernel<T, false, R80_MASKED, true>
+                                   : bwd_ws128r80_kernel<T, false, R80_MASKED, false, SPLIT>;
+    if (entries == R80_PACKED)
+        return keys_full && !SPLIT ? bwd_ws128r80_kernel<T, false, R80_PACKED, true>
+                                   : bwd_ws128r80_kernel<T, false, R80_PACKED, false, SPLIT>;
+    return bwd_ws128r80_kernel<T, false, R80_DENSE, false, SPLIT>;
+}
+
 template <typename T>
 bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_cols,
                         cudaStream_t stream) {
-    // a split dense call (bl_bwd_head_split): its SPLIT form, a CTA per (column, part)
-    const bool split = p.head_split > 1 && entries == R80_DENSE;
+    // a split call (bl_bwd_head_split): the SPLIT forms, a draw per (column, part)
+    const bool split = p.head_split > 1;
     if (split) num_cols *= p.head_split;
     const size_t smem = r80_smem::BYTES;
     // a non-causal call's dense walk with a diagonal no entry reaches takes the causal one
     const bool causal_walk = p.causal || p.diag == BL_BWD_DIAG_NONE;
     // a non-causal masked call's walks without the key-limit selects where Sk fills whole columns
     const bool keys_full = bl_bwd_keys_full(p.dm, false);
-    auto kernel = causal_walk ? (entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS>
-                              : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED>
-                                                      : split ? bwd_ws128r80_kernel<T, true, R80_DENSE, false, true>
-                                                              : bwd_ws128r80_kernel<T, true, R80_DENSE>)
-                  : entries == R80_MASKED ? (keys_full ? bwd_ws128r80_kernel<T, false, R80_MASKED, true>
-                                                       : bwd_ws128r80_kernel<T, false, R80_MASKED>)
-                  : entries == R80_PACKED ? (keys_full ? bwd_ws128r80_kernel<T, false, R80_PACKED, true>
-                                                       : bwd_ws128r80_kernel<T, false, R80_PACKED>)
-                                          : split ? bwd_ws128r80_kernel<T, false, R80_DENSE, false, true>
-                                                  : bwd_ws128r80_kernel<T, false, R80_DENSE>;
+    auto kernel = split ? rows80_kernel<T, true>(causal_walk, keys_full, entries)
+                        : rows80_kernel<T, false>(causal_walk, keys_full, entries);
     BL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int sms = 0;
@@ -385,16 +396,19 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
     const bool forced = g_variant == BL_BWD_VARIANT_WS128_ROWS80;  // no choice: 80 rows, aligned
     // A call whose columns are too few for the SMs splits each column's query heads
-    // (bl_bwd_head_split): dense calls on the 80-row kernel's dense walk, masked and selected ones
-    // on version 10 alone (its lists hold each head's entries as one run; the 80-row kernel's
-    // masked walks have no split form).
+    // (bl_bwd_head_split): every kernel it launches in its SPLIT form (a part's entries are one
+    // run of the column's lists: they hold each head's entries together), except version 10's
+    // DIRECT form, which such a call does without.
     const bool v10_ships = d->head_dim == 128 && tma_kv && !dq_rows &&
                            (g_variant == BL_BWD_VARIANT_WGMMA ||
                             g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
                             g_variant == BL_BWD_VARIANT_WS128_ROWS64);
-    if (v10_ships && (masked || rows80 || g_variant == BL_BWD_VARIANT_WS128_ROWS64)) {
+    // Not split: masked calls without a causal mask whose keys fill whole key tiles (the 80-row
+    // masked walks' KEYS_FULL forms): that SPLIT form of the aligned walk spilled in its entry
+    // loop (bench/results/bwd-s72-head-split.txt, call 6).
+    const bool split_ok = !(masked && bl_bwd_keys_full(dm, d->causal != 0));
+    if (v10_ships && split_ok && (masked || rows80 || g_variant == BL_BWD_VARIANT_WS128_ROWS64)) {
         p.head_split = bl_bwd_head_split(dm, d->causal != 0);
-        if (p.head_split > 1 && masked) rows80 = false;
         if (p.head_split > 1 && ws.dkv_part == NULL)
             return bl_set_error(BL_ERR_INTERNAL, "head split %d without partials", p.head_split);
     }
@@ -428,7 +442,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (!dq_rows) BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     p.dq_writers = ws.dq_writers;
     // A row tile's only entry writes dq itself (bwd_params::dq_direct) where TMA can describe dq.
-    p.dq_direct = ws.dq_writers != NULL &&
+    p.dq_direct = p.head_split == 1 && ws.dq_writers != NULL &&
                   bl_make_tensor_map(&p.tm_dq16, dq, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim,
                                      BM, bf16);
     if (dq_rows)
@@ -459,15 +473,16 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                         : launch_rows80<__half>(p, e, num_cols, stream);
         };
         BL_TRY(launch(!masked ? R80_DENSE : d->causal ? R80_LISTS : R80_MASKED));
-        if (p.head_split > 1)
-            BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws,
-                                            stream));
         // The packed entries next, and last the dense kernel: it runs where the mask keeps
         // every tile (every tile a causal mask allows).
         if (masked && !forced) {
             BL_TRY(launch(R80_PACKED));
             BL_TRY(launch(R80_DENSE));
         }
+        // a split call's dK / dV from the partials of whichever kernel ran
+        if (p.head_split > 1)
+            BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws,
+                                            stream));
     } else {
         bl_status st;
         bool perm = false;

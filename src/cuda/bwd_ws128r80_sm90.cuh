@@ -360,14 +360,36 @@ __device__ __forceinline__ void r80_start_acc(float (&acc)[N]) {
     }
 }
 
+// SPLIT: the column's entries of its part's query heads. The dense walk counts them itself
+// (heads part * G / P ..); packed walks take the part's run of the 64-row list (ws_part_range);
+// aligned walks the run of lists80 (codes hl << 20 | m << 2 | bits ascend), into cl.list /
+// cl.count80. An empty aligned run becomes one entry that keeps no row (r80_no_rows: hl 0, m 0,
+// bits 0), as the lists kernel writes for an empty key tile: a column without entries would
+// wait for K / V that are never loaded; this one loads them, adds nothing and stores dK = dV = 0.
+static __device__ int r80_no_rows[1];
+template <bool ALIGNED, bool PACKED>
+__device__ __forceinline__ void r80_split_column(const bwd_params &p, ws_column &cl) {
+    if (cl.count < 0) return;  // past the schedule's end
+    if constexpr (PACKED) ws_part_range(p, cl);
+    if constexpr (ALIGNED) {
+        const int *list = r80_list(p, cl);
+        const int hpp = (int)p.dm.group / p.head_split;
+        const int a = ws_list_lower_bound(list, cl.count80, (cl.part * hpp) << BL_R80_ENTRY_HL_SHIFT);
+        const int z =
+            ws_list_lower_bound(list, cl.count80, ((cl.part + 1) * hpp) << BL_R80_ENTRY_HL_SHIFT);
+        cl.list = z > a ? list + a : r80_no_rows;
+        cl.count80 = z > a ? z - a : 1;
+    }
+}
+
 // p.dq_accum is zeroed, in the BL_DQ_TILES80 layout; MASKED: BL_DQ_TILES80G, PACKED:
 // BL_DQ_TILES64R. CAUSAL: the walk cuts at p.diag (p.causal set, or a non-causal call's dense
 // walk with p.diag = BL_BWD_DIAG_NONE: attn_bwd_sm90.cu). KEYS_FULL (non-causal masked walks):
 // Sk is a multiple of BN, so every column's keys fill it and the key-limit selects go.
-// SPLIT (dense walk, bwd_params::head_split > 1): each drawn column is one part of a column's
-// query heads, its dK / dV stored as fp32 partials from registers (ws_store_dkv_part) instead of
-// staged and stored by the reducer; an instantiation of its own, so that the unsplit kernels
-// keep their SASS.
+// SPLIT (bwd_params::head_split > 1): each drawn column is one part of a column's query heads
+// (r80_split_column), its dK / dV stored as fp32 partials from registers (ws_store_dkv_part)
+// instead of staged and stored by the reducer; an instantiation of its own, so that the unsplit
+// kernels keep their SASS.
 template <typename T, bool CAUSAL, int ENTRIES, bool KEYS_FULL = false, bool SPLIT = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __grid_constant__ bwd_params p) {
     constexpr bool ZERO_ACC = r80_zero_acc<CAUSAL, ENTRIES>();
@@ -375,7 +397,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                   "aligned masked entries: LISTS with a causal mask, MASKED without one");
     static_assert(!KEYS_FULL || (!CAUSAL && ENTRIES != R80_DENSE),
                   "KEYS_FULL: the non-causal masked walks (the dense one takes the causal walk)");
-    static_assert(!SPLIT || ENTRIES == R80_DENSE, "SPLIT: the dense walk");
     constexpr bool LISTS = ENTRIES == R80_LISTS, PACKED = ENTRIES == R80_PACKED;
     constexpr bool MASKED = ENTRIES == R80_MASKED || PACKED;  // (staged query-group major)
     // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
@@ -458,7 +479,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 BL_TLCOL(true, 1, 0, 0);
                 const int64_t pos = ws_draw_column(p, bars, k, num_cols);
                 if (pos == num_cols) break;
-                const ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                if constexpr (SPLIT) r80_split_column<aligned, packed>(p, cl);
                 BL_TLCOL(true, 1, 1, 0);
                 // The column's K / V into L2 now, one to two entries before the last column's
                 // end frees their buffers (the draw follows the last column's last row-tile
@@ -478,7 +500,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
                                            : R80_HPP * (tiles_m - m_first);
-                const int *list = r80_list(p, cl);
+                const int *list = SPLIT && aligned ? cl.list : r80_list(p, cl);
                 // the column's keys before Sk, handed to the consumers with each entry (see P^T)
                 const int64_t key_room = dm.seqlen_k - cl.n * BN;
                 const int key_limit = key_room < BN ? (int)key_room : BN;
@@ -539,14 +561,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             // Staging position gj: each entry's dQ^T, then the column's dK and dV.
             int gj = 0;
             for (int k = 0;; ++k) {
-                const ws_column cl = ws_take_column(p, bars, col_slots, k);
+                ws_column cl = ws_take_column(p, bars, col_slots, k);
                 if (cl.count < 0) break;
+                if constexpr (SPLIT) r80_split_column<aligned, packed>(p, cl);
                 BL_TLCOL(true, 2, 0, 0);
                 const int m_first = LISTS || MASKED ? 0 : r80_first_tile<CAUSAL>(p.diag, cl.n);
                 const int count = aligned  ? cl.count80
                                   : packed ? bl_bwd_packed_count(cl.count)
                                            : R80_HPP * (tiles_m - m_first);
-                const int *list = r80_list(p, cl);
+                const int *list = SPLIT && aligned ? cl.list : r80_list(p, cl);
                 int code_next = aligned && count > 0 ? list[0] : 0;  // one ahead, as the producer
                 int hl = SPLIT ? cl.part * R80_HPP : 0, m = m_first, bits = 3;
                 for (int it = 0; it < count; ++it, ++gj) {
@@ -607,8 +630,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     int kc = 0;  // its K / V loads before this column
     for (int k = 0;; ++k) {
         BL_TLCOL(ct == 0, 0, 0, 0);
-        const ws_column cl = ws_take_column(p, bars, col_slots, k);
+        ws_column cl = ws_take_column(p, bars, col_slots, k);
         if (cl.count < 0) break;
+        if constexpr (SPLIT) r80_split_column<aligned, packed>(p, cl);
         const int count = aligned  ? cl.count80
                           : packed ? bl_bwd_packed_count(cl.count)
                                    : R80_HPP * (tiles_m - r80_first_tile<CAUSAL>(p.diag, cl.n));

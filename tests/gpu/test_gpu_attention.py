@@ -172,11 +172,12 @@ def test_gpu_dense_backward_split_columns(dtype, causal, batch, seqlens, heads_q
 @pytest.mark.parametrize("seqlens,heads_q,heads_k", [
     ((2000, 2000), 8, 1), ((900, 1024), 16, 2), ((1000, 1000), 6, 1)], ids=["mqa8", "gqa8_keys_full", "mqa6"])
 def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads_k):
-    """Masked head-dim-128 calls with fewer columns than SMs run version 10 alone, each column's
-    query heads split into parts (bl_bwd_head_split), a part's list entries found by binary search
-    in the column's list (ws_part_range): masks keeping 5 %, 50 % and every tile (some parts then
-    have no entry: their dK / dV partials are zeros), MQA with 8 and 6 (2 parts) query heads, and
-    GQA with keys filling whole key tiles (version 10's KEYS_FULL form without a causal mask)."""
+    """Masked head-dim-128 calls with fewer columns than SMs split each column's query heads into
+    parts (bl_bwd_head_split) on whichever kernel the device picks (version 10, the aligned or
+    packed 80-row walks, the dense walk for a full mask), a part's entries found by binary search
+    in the column's list: masks keeping 5 % (parts without an entry: zero partials), 50 % and
+    every tile; MQA with 8 and 6 (2 parts) query heads, and GQA with keys filling whole key tiles
+    (with a causal mask split; without one not: those calls' masked walks have no split form)."""
     gen = torch.Generator(device=DEV).manual_seed(3)
     check_random_mask_backward(*random_qkv(1, *seqlens, heads_q, heads_k, 128, torch.bfloat16, DEV),
                                causal, keep, generator=gen)
@@ -331,16 +332,14 @@ def test_gpu_causal_version10_low_keeps(dtype, sq, sk, keep, diagonal):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sk", [900, 1024])
-def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal, sk):
+@pytest.mark.parametrize("heads_k", [4, 2], ids=["mha", "gqa_split"])
+def test_gpu_mask_keeping_every_tile_is_the_dense_backward(causal, sk, heads_k):
     """A mask that keeps every tile gives the dense call's gradients: the device runs the dense
     kernel for it (with a causal mask, for a mask keeping every tile the causal mask allows),
     whose dK and dV sum in a fixed order: the same bits. Sk = 1024 fills whole key tiles: without
-    a causal mask both calls then take the causal dense walk (attn_bwd_sm90.cu). One query head
-    per K / V head: calls of a group on this few columns split their query heads
-    (bl_bwd_head_split), the dense one on the 80-row dense walk and the masked one on version 10,
-    which sum dK / dV in other orders (test_gpu_dense_backward_split_columns and
-    test_gpu_masked_backward_split_columns check those)."""
-    q, k, v = random_qkv(1, 700, sk, 4, 4, 128, torch.bfloat16, DEV)
+    a causal mask both calls then take the causal dense walk (attn_bwd_sm90.cu). Two query heads
+    per K / V head on this few columns: both calls split them the same way (bl_bwd_head_split)."""
+    q, k, v = random_qkv(1, 700, sk, 4, heads_k, 128, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
     tm, tn = back_lite.num_tiles(700, sk, DEV)
