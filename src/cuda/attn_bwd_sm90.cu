@@ -153,9 +153,6 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     return BL_OK;
 }
 
-// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set; in a
-// masked call p.tm_qp / p.tm_dop too), walking `entries` (r80_entries): R80_DENSE, or a masked
-// call's p.lists80 (R80_LISTS with a causal mask, R80_MASKED without) or packed entries.
 // The 80-row kernel's instantiation for a walk: the causal walk (a causal call's, or a
 // non-causal dense call's with an unreachable diagonal), the non-causal masked walks with or
 // without key-limit selects (KEYS_FULL); SPLIT: a split call's forms (bl_bwd_head_split).
@@ -175,6 +172,9 @@ static void (*rows80_kernel(bool causal_walk, bool keys_full, r80_entries entrie
     return bwd_ws128r80_kernel<T, false, R80_DENSE, false, SPLIT>;
 }
 
+// Version 11 (bwd_ws128r80_sm90.cuh) on a persistent grid (p.tm_q80 / p.tm_do80 set; in a
+// masked call p.tm_qp / p.tm_dop too), walking `entries` (r80_entries): R80_DENSE, or a masked
+// call's p.lists80 (R80_LISTS with a causal mask, R80_MASKED without) or packed entries.
 template <typename T>
 bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_cols,
                         cudaStream_t stream) {
@@ -493,7 +493,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
             st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows)
                       : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows);
         if (st != BL_OK) return st;
-        if (p.head_split > 1 && !dq_rows)
+        if (p.head_split > 1)  // (never with dq_rows: no split there)
             BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws,
                                             stream));
         if (dq_rows && !perm)
