@@ -62,7 +62,7 @@ struct bl_bwd_workspace {
     unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
     // (B*Hk*Tn*P + 1): {schedule[i / P], its count, its count80, i % P} with P the call's head
-    // split (bl_bwd_head_split; 1 on every call but a split dense one); the last {-1, 0, 0, 0}
+    // split (bl_bwd_head_split; 1 where a call does not split); the last {-1, 0, 0, 0}
     int4 *sched_rec;
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
     // (2, P, B, Sk, Hk, D) fp32: a split call's dK and dV partials, one per part of each
@@ -190,7 +190,7 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 // non-causal choices.
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);
 // Dev only (dev/cuda/attn_bwd.cu): the most parts bl_bwd_head_split may choose (1: no split), so
-// that checks written for the 80-row kernel's masked walks still reach them on shapes that split.
+// that the checker runs its GQA / MQA cases unsplit too (it does on 3 CTAs).
 void bl_bwd_set_head_split_cap(int cap);
 
 // Lays the workspace out from `base` (NULL: sizes only); returns the bytes it needs.
