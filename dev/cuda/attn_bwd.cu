@@ -487,24 +487,22 @@ static int run_case(const Case &c) {
     const double tol = c.dt == BL_DTYPE_BF16 ? 2e-2 : 4e-3;
     int ok = eq.rel < tol && ek.rel < tol && ev.rel < tol && !eq.bad_nan && !ek.bad_nan &&
              !ev.bad_nan && sel_diff == 0;
-    // The kernel the device picked for a masked head-dim-128 call under the shipped choice
-    // (the entry totals the lists kernel left in the workspace).
-    // the head split the library took (bl_bwd_head_split: the shipped head-dim-128 kernels)
-    // (not for masked calls without a causal mask whose keys fill whole key tiles)
-    const bl_bwd_dims split_dm = bl_bwd_make_dims(&desc);
+    // The head split the library took (bl_bwd_head_split on the shipped head-dim-128 kernels;
+    // not for masked calls without a causal mask whose keys fill whole key tiles).
+    const bl_bwd_dims dm = bl_bwd_make_dims(&desc);
     const int split = c.D == 128 &&
                               (variant == BL_BWD_VARIANT_WGMMA ||
                                variant == BL_BWD_VARIANT_WS128_ROWS64) &&
-                              !(c.mode != 0 && bl_bwd_keys_full(split_dm, c.causal != 0))
-                          ? bl_bwd_head_split(split_dm, c.causal != 0)
+                              !(c.mode != 0 && bl_bwd_keys_full(dm, c.causal != 0))
+                          ? bl_bwd_head_split(dm, c.causal != 0)
                           : 1;
+    // The kernel the device picked for a masked head-dim-128 call under the shipped choice
+    // (the entry totals the lists kernel left in the workspace).
     const char *pick = "";
     if (c.D == 128 && c.mode != 0 &&
         (variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_FEW_CTAS)) {
         bl_bwd_workspace w;
-        const bl_bwd_dims dm = bl_bwd_make_dims(&desc);
         bl_bwd_workspace_layout(dm, ws, &w);
-
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
         const bool keys_full = bl_bwd_keys_full(dm, c.causal != 0);
