@@ -410,8 +410,9 @@ static int run_case(const Case &c) {
     variants.push_back(BL_BWD_VARIANT_CPASYNC_ROWS);
     // The previous TMA kernels (shipped: version 10 at D = 128, version 6 at D = 64).
     variants.push_back(c.D == 128 ? BL_BWD_VARIANT_WGMMA128_V6 : BL_BWD_VARIANT_WGMMA64_V4);
-    // The persistent head-dim-128 kernel on 3 CTAs: each walks several columns.
-    if (c.D == 128) variants.push_back(BL_BWD_VARIANT_WS128_FEW_CTAS);
+    // The persistent head-dim-128 kernel on 3 CTAs: each walks several columns. At head dim 64
+    // the same variant runs the shipped kernel (version 6) unsplit: see the split cap below.
+    variants.push_back(BL_BWD_VARIANT_WS128_FEW_CTAS);
     // Head-dim-128 calls that keep every tile: the 64-row kernel too (the shipped one takes 80
     // rows where nothing is masked).
     if (c.D == 128 && (c.mode == 0 || (c.mode == 1 && c.keep >= 1.0)))
@@ -487,15 +488,13 @@ static int run_case(const Case &c) {
     const double tol = c.dt == BL_DTYPE_BF16 ? 2e-2 : 4e-3;
     int ok = eq.rel < tol && ek.rel < tol && ev.rel < tol && !eq.bad_nan && !ek.bad_nan &&
              !ev.bad_nan && sel_diff == 0;
-    // The head split the library took (bl_bwd_head_split on the shipped head-dim-128 kernels;
-    // not for masked calls without a causal mask whose keys fill whole key tiles).
+    // The head split the library took (bl_bwd_head_split on the shipped kernels: version 10 and
+    // the 80-row ones at head dim 128, version 6 at head dim 64).
     const bl_bwd_dims dm = bl_bwd_make_dims(&desc);
-    const int split = c.D == 128 &&
-                              (variant == BL_BWD_VARIANT_WGMMA ||
-                               variant == BL_BWD_VARIANT_WS128_ROWS64) &&
-                              !(c.mode != 0 && bl_bwd_keys_full(dm, c.causal != 0))
-                          ? bl_bwd_head_split(dm, c.causal != 0)
-                          : 1;
+    const bool split_kernel =
+        c.D == 128 ? variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_ROWS64
+                   : variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_FEW_CTAS;
+    const int split = split_kernel ? bl_bwd_head_split(dm, c.causal != 0) : 1;
     // The kernel the device picked for a masked head-dim-128 call under the shipped choice
     // (the entry totals the lists kernel left in the workspace).
     const char *pick = "";
@@ -534,7 +533,7 @@ static int run_case(const Case &c) {
     }
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
            "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s%s\n",
-           variant_name(variant), c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
+           c.D == 64 && variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? "ws64u" : variant_name(variant), c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
            c.causal ? "causal" : "full  ", c.mode == 0 ? "dense" : c.mode == 1 ? "mask" : "select",
            c.padded ? " strided" : "", c.nan_row ? " nan" : c.synthetic ? " long" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,

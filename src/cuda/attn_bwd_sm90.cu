@@ -79,13 +79,17 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
     if (D == 64 && tma && tma_kv && g_variant != BL_BWD_VARIANT_WGMMA64_V1 &&
         g_variant != BL_BWD_VARIANT_WGMMA64_V4) {
         const size_t smem = wg64p_smem::BYTES;
-        BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64_kernel<T>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        // a split call (bl_bwd_head_split): its SPLIT form, a CTA per (column, part)
+        const bool split = p.head_split > 1;
+        auto kernel = split ? bwd_ws64_kernel<T, true> : bwd_ws64_kernel<T>;
+        BL_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         bwd_params pk = p;
         int sms = 0;
         BL_TRY(bl_sm_count(&sms));
         pk.prefetch_ahead = sms;  // one CTA per SM (200 KB of shared memory)
-        bwd_ws64_kernel<T><<<(unsigned)num_cols, WS_THREADS, smem, stream>>>(pk);
+        const int64_t ctas = split ? num_cols * p.head_split : num_cols;
+        kernel<<<(unsigned)ctas, WS_THREADS, smem, stream>>>(pk);
         BL_CUDA_CHECK_LAUNCH("bwd_ws64_kernel");
         *dq_cols_permuted = true;
         return BL_OK;
@@ -162,13 +166,12 @@ static void (*rows80_kernel(bool causal_walk, bool keys_full, r80_entries entrie
         return entries == R80_LISTS    ? bwd_ws128r80_kernel<T, true, R80_LISTS, false, SPLIT>
                : entries == R80_PACKED ? bwd_ws128r80_kernel<T, true, R80_PACKED, false, SPLIT>
                                        : bwd_ws128r80_kernel<T, true, R80_DENSE, false, SPLIT>;
-    // (A split call has no KEYS_FULL masked walk: bl_cuda_backward does not split those calls.)
     if (entries == R80_MASKED)
-        return keys_full && !SPLIT ? bwd_ws128r80_kernel<T, false, R80_MASKED, true>
-                                   : bwd_ws128r80_kernel<T, false, R80_MASKED, false, SPLIT>;
+        return keys_full ? bwd_ws128r80_kernel<T, false, R80_MASKED, true, SPLIT>
+                         : bwd_ws128r80_kernel<T, false, R80_MASKED, false, SPLIT>;
     if (entries == R80_PACKED)
-        return keys_full && !SPLIT ? bwd_ws128r80_kernel<T, false, R80_PACKED, true>
-                                   : bwd_ws128r80_kernel<T, false, R80_PACKED, false, SPLIT>;
+        return keys_full ? bwd_ws128r80_kernel<T, false, R80_PACKED, true, SPLIT>
+                         : bwd_ws128r80_kernel<T, false, R80_PACKED, false, SPLIT>;
     return bwd_ws128r80_kernel<T, false, R80_DENSE, false, SPLIT>;
 }
 
@@ -403,11 +406,12 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                            (g_variant == BL_BWD_VARIANT_WGMMA ||
                             g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
                             g_variant == BL_BWD_VARIANT_WS128_ROWS64);
-    // Not split: masked calls without a causal mask whose keys fill whole key tiles (the 80-row
-    // masked walks' KEYS_FULL forms): that SPLIT form of the aligned walk spilled in its entry
-    // loop (bench/results/bwd-s72-head-split.txt, call 6).
-    const bool split_ok = !(masked && bl_bwd_keys_full(dm, d->causal != 0));
-    if (v10_ships && split_ok && (masked || rows80 || g_variant == BL_BWD_VARIANT_WS128_ROWS64)) {
+    // head dim 64: the TMA kernel (version 6), one CTA per (column, part)
+    const bool ws64_ships = d->head_dim == 64 && tma_kv &&
+                            (g_variant == BL_BWD_VARIANT_WGMMA ||
+                             g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS);
+    if (ws64_ships ||
+        (v10_ships && (masked || rows80 || g_variant == BL_BWD_VARIANT_WS128_ROWS64))) {
         p.head_split = bl_bwd_head_split(dm, d->causal != 0);
         if (p.head_split > 1 && ws.dkv_part == NULL)
             return bl_set_error(BL_ERR_INTERNAL, "head split %d without partials", p.head_split);

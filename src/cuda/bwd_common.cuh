@@ -179,13 +179,13 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
 
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 
-// How many parts a head-dim-128 call splits each column's G query heads into (1: none). The
-// persistent kernels walk one column (b, kv head, key tile) per draw, all G query heads of it;
-// where the columns are too few for the SMs -- few kv heads (GQA / MQA after tensor
-// parallelism), short sequences, causal columns as long as two average ones -- the call's time is
-// its longest column's. A split column is P columns of G / P heads each, whose dK / dV go to
-// fp32 partials (bl_bwd_workspace::dkv_part) that bl_bwd_dkv_reduce_launch sums: dense calls on
-// the 80-row kernel's dense walk, masked and selected ones on version 10 alone.
+// How many parts a call splits each column's G query heads into (1: none). The main kernels
+// walk one column (b, kv head, key tile) per draw (head dim 128) or per CTA (head dim 64), all G
+// query heads of it; where the columns are too few for the SMs -- few kv heads (GQA / MQA after
+// tensor parallelism), short sequences, causal columns as long as two average ones -- the call's
+// time is its longest column's. A split column is P columns of G / P heads each, whose dK / dV go
+// to fp32 partials (bl_bwd_workspace::dkv_part) that bl_bwd_dkv_reduce_launch sums; every main
+// kernel a call may pick has a SPLIT form (a part's entries: one run of the column's list).
 // bwd_prepost_sm90.cu; the workspace holds the partials of the larger of the causal and
 // non-causal choices.
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);

@@ -57,7 +57,9 @@ static size_t ws_take(size_t *offset, size_t bytes) {
 }
 
 // bl_bwd_head_split's rule. The call's makespan in units of one whole column's time L (G query
-// heads x every row tile) for a split into P parts (columns of L / P) on `sms` persistent CTAs:
+// heads x every row tile) for a split into P parts (columns of L / P) on `sms` CTAs at a time
+// (head dim 64 launches a CTA per column and part, which the hardware starts in schedule order
+// as SMs free up: the persistent kernels' greedy draw):
 // - without a causal mask every column is L long: ceil(V / sms) rounds of L / P, V = cols x P;
 // - with one, a column's length falls from L to ~0 along the key tiles (L / 2 on average); the
 //   heaviest-first schedule ends at about the average load plus half a last column, and never
@@ -80,8 +82,8 @@ void bl_bwd_set_head_split_cap(int cap) { g_head_split_cap = cap < 1 ? 1 : cap; 
 
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
     int sms = 0;
-    if (dm.head_dim != 128 || dm.group < 2 || g_head_split_cap < 2 || bl_sm_count(&sms) != BL_OK ||
-        sms <= 0)
+    if ((dm.head_dim != 128 && dm.head_dim != 64) || dm.group < 2 || g_head_split_cap < 2 ||
+        bl_sm_count(&sms) != BL_OK || sms <= 0)
         return 1;
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols >= (int64_t)SPLIT_MIN_ROUNDS * sms) return 1;

@@ -180,10 +180,10 @@ __device__ __forceinline__ void ws_store_dkv(const bwd_params &p, uint32_t src, 
 // fragments (warp w's keys 16 w.., rows lg and lg + 8 of each n8 tile of head-dim columns) into
 // p.dkv_part (2, P, B, Sk, Hk, D): a quad's four float2 stores fill one 32-byte sector of a key's
 // row. Keys past Sk are not stored (the reduction reads only Sk rows).
+template <int D = 128>
 __device__ __forceinline__ void ws_store_dkv_part(const bwd_params &p, const ws_column &cl, int x,
-                                                  const float (&acc)[128 / 8 * 4], int warp,
+                                                  const float (&acc)[D / 8 * 4], int warp,
                                                   int lane) {
-    constexpr int D = 128;
     const bl_bwd_dims &dm = p.dm;
     const int lg = lane >> 2, lt = lane & 3;
     const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
@@ -200,6 +200,32 @@ __device__ __forceinline__ void ws_store_dkv_part(const bwd_params &p, const ws_
     }
 }
 
+// This thread's first partial row of a split column's dK (x = 0) or dV (x = 1): key
+// 16 warp + lg of the column, column 2 lt (the dV row is the dK row's plus P parts).
+__device__ __forceinline__ float *ws_dkv_part_row(const bwd_params &p, const ws_column &cl, int warp,
+                                                  int lane) {
+    constexpr int D = 128;
+    const bl_bwd_dims &dm = p.dm;
+    const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
+    const int64_t key = cl.n * BN + warp * KEYS_PER_WARP + (lane >> 2);
+    return p.dkv_part + cl.part * part_floats + ((cl.b * dm.seqlen_k + key) * dm.heads_k + cl.g) * D +
+           2 * (lane & 3);
+}
+// The same stores as ws_store_dkv_part from that row pointer (keys past Sk not stored).
+__device__ __forceinline__ void ws_store_dkv_part_at(const bwd_params &p, float *row, int64_t key,
+                                                     const float (&acc)[128 / 8 * 4]) {
+    constexpr int D = 128;
+    const int64_t key_stride = p.dm.heads_k * D;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        if (key + 8 * half >= p.dm.seqlen_k) continue;
+#pragma unroll
+        for (int t = 0; t < D / 8; ++t)
+            *reinterpret_cast<float2 *>(row + 8 * half * key_stride + 8 * t) =
+                make_float2(acc[4 * t + 2 * half], acc[4 * t + 2 * half + 1]);
+    }
+}
+
 // SPLIT (bwd_params::head_split > 1): the column's list entries of its part's query heads,
 // [part * hpp, (part + 1) * hpp) with hpp = G / head_split: a contiguous run of the list, whose
 // codes hl * Tm + m ascend (the lists kernel's order), found by two binary searches.
@@ -212,13 +238,17 @@ __device__ __forceinline__ int ws_list_lower_bound(const int *list, int count, i
     }
     return lo;
 }
+__device__ __forceinline__ void ws_part_run(const bwd_params &p, int part, const int *&list,
+                                            int &count) {
+    const int span = (int)p.dm.group / p.head_split * (int)p.dm.tiles_m;  // codes per part
+    const int a = ws_list_lower_bound(list, count, part * span);
+    const int z = ws_list_lower_bound(list, count, (part + 1) * span);
+    list += a;
+    count = z - a;
+}
 __device__ __forceinline__ void ws_part_range(const bwd_params &p, ws_column &cl) {
     if (cl.count < 0) return;  // past the schedule's end
-    const int span = (int)p.dm.group / p.head_split * (int)p.dm.tiles_m;  // codes per part
-    const int a = ws_list_lower_bound(cl.list, cl.count, cl.part * span);
-    const int z = ws_list_lower_bound(cl.list, cl.count, (cl.part + 1) * span);
-    cl.list += a;
-    cl.count = z - a;
+    ws_part_run(p, cl.part, cl.list, cl.count);
 }
 
 // The column's epilogue goes through the dQ staging ring: dK (times scale) and dV of the column's

@@ -638,6 +638,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                                    : R80_HPP * (tiles_m - r80_first_tile<CAUSAL>(p.diag, cl.n));
         BL_TLCOL(ct == 0, 0, 1, count);
         const int64_t key0 = cl.n * BN;
+        // SPLIT, the non-causal aligned walk with whole key tiles: this thread's dK partial row,
+        // formed before the loop (with the column's fields live across it instead, that loop
+        // spilled; the other SPLIT forms keep the column and were measured so)
+        constexpr bool PART_ROW = SPLIT && aligned && KEYS_FULL;
+        float *part_row = PART_ROW ? ws_dkv_part_row(p, cl, warp, lane) : nullptr;
         // CAUSAL: query 80m + ir sees key key0 + jr where jr - ir <= 80m + causal_base.
         const int causal_base = (int)(p.diag - key0);
 
@@ -909,7 +914,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         // bench/results/bwd-s69-column-end.txt).
         named_barrier_sync(WS_BAR_DS, THREADS);
         if constexpr (SPLIT)
-            ws_store_dkv_part(p, cl, 0, dk_acc, warp, lane);
+            if constexpr (PART_ROW)
+                ws_store_dkv_part_at(p, part_row, key0 + warp * KEYS_PER_WARP + lg, dk_acc);
+            else
+                ws_store_dkv_part(p, cl, 0, dk_acc, warp, lane);
         else
             ws_stage_dkv<T>(s0 + L::DS, dk_acc, p.scale, warp, lane);
         bl_fence_proxy_async();
@@ -917,7 +925,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         if (lane == 0) mbarrier_arrive(bars + R80_DKFULL);
         mbarrier_wait(bars + ws_bars::DQEMPTY, ((uint32_t)(g0 + count + k) & 1u) ^ 1u);
         if constexpr (SPLIT)
-            ws_store_dkv_part(p, cl, 1, dv_acc, warp, lane);
+            if constexpr (PART_ROW)
+                ws_store_dkv_part_at(p, part_row + (int64_t)p.head_split * p.dm.batch *
+                                                       p.dm.seqlen_k * p.dm.heads_k * 128,
+                                     key0 + warp * KEYS_PER_WARP + lg, dv_acc);
+            else
+                ws_store_dkv_part(p, cl, 1, dv_acc, warp, lane);
         else
             ws_stage_dkv<T>(s0 + L::DQS, dv_acc, 1.0f, warp, lane);
         bl_fence_proxy_async();

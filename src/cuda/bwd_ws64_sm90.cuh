@@ -133,7 +133,11 @@ __device__ __forceinline__ void ws64_prefetch_next_column(const bwd_params &p, u
     }
 }
 
-template <typename T>
+// SPLIT (bwd_params::head_split > 1: bl_bwd_head_split): the CTA's column is one part of a
+// column's query heads -- its record's part (rec.w), its list the run of those heads' entries
+// (ws_part_run) -- and its dK / dV go to fp32 partials from registers (ws_store_dkv_part) instead
+// of staged and stored by TMA. Its own instantiation, so that the unsplit kernel keeps its SASS.
+template <typename T, bool SPLIT = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;
     using L = wg64p_smem;
@@ -162,9 +166,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     const int col32 = rec.x, tn = (int)dm.tiles_n, hk = (int)dm.heads_k;
     const int bg = col32 / tn, b32 = bg / hk;
     const int64_t col = col32, n = col32 - bg * tn, g = bg - b32 * hk, b = b32;
-    const int count = rec.y;
-    const int pairs = (count + 1) / 2;
+    int count = rec.y;
     const int *list = p.lists + col * (dm.group * dm.tiles_m);
+    if constexpr (SPLIT) ws_part_run(p, rec.w, list, count);
+    const int pairs = (count + 1) / 2;
 
     BL_TL64(threadIdx.x == 0, 0);
     if (threadIdx.x == 0) {
@@ -472,6 +477,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     // stored by TMA from one thread, as the persistent head-dim-128 kernel does.
     auto store_dkv = [&]() {
         named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+        if constexpr (SPLIT) {
+            // (the barriers stay: the first is what frees pair last - 1's dS buffer for the
+            // last dQ's staging)
+            const ws_column cl{b, g, n, count, list, 0, rec.w};
+            ws_store_dkv_part<D>(p, cl, 0, dk_acc, warp, lane);
+            ws_store_dkv_part<D>(p, cl, 1, dv_acc, warp, lane);
+            named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);
+            return;
+        }
         ws_stage_dkv<T>(s0 + L::Q, dk_acc, p.scale, warp, lane);
         ws_stage_dkv<T>(s0 + L::Q + L::PANEL, dv_acc, 1.0f, warp, lane);
         bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote

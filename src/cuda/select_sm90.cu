@@ -593,8 +593,8 @@ static __device__ __forceinline__ void sched_dependent_start() {
 // width over [0, max count]: heavy columns start first, which is what load balance needs; the
 // order inside a bucket does not matter.
 __global__ void __launch_bounds__(SCHED_THREADS)
-bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__restrict__ schedule,
-                       int4 *__restrict__ recs, int *__restrict__ next) {
+bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
+                       int *__restrict__ schedule, int4 *__restrict__ recs, int *__restrict__ next) {
     __shared__ int hist[SCHED_BUCKETS];
     __shared__ int warp_sums[SCHED_THREADS / 32];
     __shared__ int s_max;
@@ -641,10 +641,12 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int *__rest
         int bkt = (SCHED_BUCKETS - 1) - (int)((int64_t)counts[c] * (SCHED_BUCKETS - 1) / maxc);
         const int pos = atomicAdd(&hist[bkt], 1);
         schedule[pos] = c;
-        recs[pos] = make_int4(c, counts[c], 0, 0);
+        // a split call's column as `split` consecutive records, one per part of its query heads
+        for (int j = 0; j < split; ++j)
+            recs[(int64_t)pos * split + j] = make_int4(c, counts[c], 0, j);
     }
     if (tid == 0) {
-        recs[num_cols] = make_int4(-1, 0, 0, 0);
+        recs[(int64_t)num_cols * split] = make_int4(-1, 0, 0, 0);
         *next = 0;
     }
 }
@@ -732,10 +734,21 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
 }
 
 // Key tiles per lists CTA: LIST_COLS, fewer where their bitmaps would pass LIST_BITS_MAX_BYTES.
+// Fewer again where the units (B * Hk * ceil(Tn / per)) would not fill the SMs, as long as the
+// runs per kv head stay within the dq writers' BL_BWD_WRITER_RUNS bytes: a few-kv-head call's
+// units are few and long (MQA at 16k: 8 units of 16 key tiles x 32 heads, ~230 us against the
+// preprocess's ~135 us beside it, which the main kernel waits for: bench/results/
+// bwd-s72-head-split.txt, call 6; 16 units here, 182 us: bwd-s73-split-more.txt).
 static int list_cols_per_cta(const bl_bwd_dims &dm) {
     const int64_t stride = ((dm.group * dm.tiles_m + 31) / 32) | 1;  // bl_bwd_list_kernel's
     int per = LIST_COLS;
     while (per > 1 && per * stride * (int64_t)sizeof(unsigned) > LIST_BITS_MAX_BYTES) per >>= 1;
+    int sms = 0;
+    if (bl_sm_count(&sms) != BL_OK) return per;
+    auto runs = [&](int cols) { return (dm.tiles_n + cols - 1) / cols; };
+    while (per > 1 && dm.batch * dm.heads_k * runs(per) < sms &&
+           runs(per / 2) <= BL_BWD_WRITER_RUNS)
+        per >>= 1;
     return per;
 }
 
@@ -787,11 +800,8 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
     if (causal && dm.head_dim != 128) {
-        if (split != 1)
-            return bl_set_error(BL_ERR_INTERNAL, "head split %d at head dim %lld", split,
-                                (long long)dm.head_dim);
         BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0, stream,
-                                /*dependent=*/true, (const int *)ws->counts, (int)cols,
+                                /*dependent=*/true, (const int *)ws->counts, (int)cols, split,
                                 ws->schedule, ws->sched_rec, ws->sched_next));
         return BL_OK;
     }

@@ -159,28 +159,31 @@ def test_gpu_dense_backward_many_short_columns(causal):
 @pytest.mark.parametrize("batch,seqlens,heads_q,heads_k", [
     (1, (2000, 2000), 8, 1), (1, (700, 1500), 16, 1), (2, (1000, 1000), 12, 2), (1, (130, 256), 8, 2)],
     ids=["mqa8", "mqa16_sq<sk", "gqa6", "gqa4_keys_full"])
-def test_gpu_dense_backward_split_columns(dtype, causal, batch, seqlens, heads_q, heads_k):
-    """Dense head-dim-128 calls with fewer (b, kv head, key tile) columns than SMs: each column's
-    query heads go to several CTAs (bl_bwd_head_split: up to 8 parts here), whose fp32 dK / dV
-    partials a reduction sums -- MQA with groups of 8 and 16, Sq < Sk, a group of 6 (2 parts),
-    and keys filling whole key tiles (the non-causal call's causal walk)."""
-    check_dense_backward(random_qkv(batch, *seqlens, heads_q, heads_k, 128, dtype, DEV), causal)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_dense_backward_split_columns(dtype, causal, batch, seqlens, heads_q, heads_k, head_dim):
+    """Dense calls with fewer (b, kv head, key tile) columns than SMs: each column's query heads
+    go to several CTAs (bl_bwd_head_split: up to 8 parts here), whose fp32 dK / dV partials a
+    reduction sums -- MQA with groups of 8 and 16, Sq < Sk, a group of 6 (2 parts), and keys
+    filling whole key tiles (at head dim 128 the non-causal call's causal walk)."""
+    check_dense_backward(random_qkv(batch, *seqlens, heads_q, heads_k, head_dim, dtype, DEV), causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("keep", [0.05, 0.5, 1.0])
 @pytest.mark.parametrize("seqlens,heads_q,heads_k", [
     ((2000, 2000), 8, 1), ((900, 1024), 16, 2), ((1000, 1000), 6, 1)], ids=["mqa8", "gqa8_keys_full", "mqa6"])
-def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads_k):
-    """Masked head-dim-128 calls with fewer columns than SMs split each column's query heads into
-    parts (bl_bwd_head_split) on whichever kernel the device picks (version 10, the aligned or
-    packed 80-row walks, the dense walk for a full mask), a part's entries found by binary search
-    in the column's list: masks keeping 5 % (parts without an entry: zero partials), 50 % and
-    every tile; MQA with 8 and 6 (2 parts) query heads, and GQA with keys filling whole key tiles
-    (with a causal mask split; without one not: those calls' masked walks have no split form)."""
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads_k, head_dim):
+    """Masked calls with fewer columns than SMs split each column's query heads into parts
+    (bl_bwd_head_split) on whichever kernel the device picks (at head dim 128 version 10, the
+    aligned or packed 80-row walks, the dense walk for a full mask; at 64 version 6), a part's
+    entries found by binary search in the column's list: masks keeping 5 % (parts without an
+    entry: zero partials), 50 % and every tile; MQA with 8 and 6 (2 parts) query heads, and GQA
+    with keys filling whole key tiles (the 80-row walks' KEYS_FULL forms)."""
     gen = torch.Generator(device=DEV).manual_seed(3)
-    check_random_mask_backward(*random_qkv(1, *seqlens, heads_q, heads_k, 128, torch.bfloat16, DEV),
-                               causal, keep, generator=gen)
+    check_random_mask_backward(
+        *random_qkv(1, *seqlens, heads_q, heads_k, head_dim, torch.bfloat16, DEV), causal, keep,
+        generator=gen)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
