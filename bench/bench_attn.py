@@ -38,11 +38,15 @@ import torch.nn.functional as F
 import back_lite
 from back_lite import functional as blf
 
-SHAPES_FULL = [  # (B, S, H, D)
+SHAPES_FULL = [  # (B, S, H, D) or, for GQA / MQA, (B, S, Hq, D, Hk)
     (1, 16384, 16, 128),
     (1, 32768, 24, 128),
     (1, 16384, 16, 64),
     (4, 4096, 16, 64),
+    # an LLM's attention after tensor parallelism: 64 query / 8 K/V heads (Llama-3-70B's) on 8
+    # GPUs leave each 8 query heads and one K/V head -- the FLOPs of the first shape, in 256
+    # (b, kv head, key tile) columns (the head split's case); not among the issue's bar shapes
+    (2, 16384, 8, 128, 1),
 ]
 SHAPES_QUICK = [(1, 4096, 8, 128)]
 NEGL_PROBS = [0.01, 0.05, 0.2, 0.5]
@@ -107,6 +111,19 @@ def video_qkv(batch, seqlen, heads, head_dim, dtype, device, width=3.0, sharpnes
 def random_qkv(batch, seqlen, heads, head_dim, dtype, device):
     return [torch.randn(batch, seqlen, heads, head_dim, device=device, dtype=dtype)
             for _ in range(3)]
+
+
+def kv_heads_of(shape) -> int:
+    """K / V heads of a (B, S, H, D[, Hk]) shape: H where none is given (MHA)."""
+    return shape[4] if len(shape) > 4 else shape[2]
+
+
+def grouped(q, k, v, kv_heads):
+    """(q, k, v) with K / V cut to their first `kv_heads` heads (GQA / MQA inputs from MHA ones:
+    query head h then attends K / V head h // (H / kv_heads))."""
+    if kv_heads == q.shape[2]:
+        return q, k, v
+    return q, k[:, :, :kv_heads].contiguous(), v[:, :, :kv_heads].contiguous()
 
 
 def cuda_event():
@@ -183,29 +200,40 @@ def block_medians(fns: dict, reps: int, rounds: int) -> dict:
 
 
 def sdpa_callables(q, k, v, causal):
-    """{backend name: (fwd, bwd)} zero-argument callables for each SDPA backend that runs on this
-    input ((B, S, H, D) -> SDPA's (B, H, S, D)); the backward replays one forward's graph."""
+    """{backend name: (fwd, bwd, how)} zero-argument callables for each SDPA backend that runs on
+    this input ((B, S, H, D) -> SDPA's (B, H, S, D)); the backward replays one forward's graph.
+    GQA / MQA (fewer K / V heads): SDPA's enable_gqa where the backend takes it, else K / V
+    repeated to the query heads before the call (the same FLOPs; the peer then reads G times the
+    K / V bytes and does not sum dK / dV over the group) -- `how` says which."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     res = {}
     qt, kt, vt = (z.transpose(1, 2).detach().requires_grad_() for z in (q, k, v))
+    group = q.shape[2] // k.shape[2]
+    ways = [("mha", kt, vt, {})] if group == 1 else [
+        ("enable_gqa", kt, vt, {"enable_gqa": True}),
+        ("kv repeated", *(z.detach().repeat_interleave(group, dim=1).requires_grad_()
+                          for z in (kt, vt)), {})]
     for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
                           ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
-        try:
-            with sdpa_kernel(backend):
-                out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                dout = torch.randn_like(out)
-                torch.autograd.grad(out, (qt, kt, vt), dout, retain_graph=True)
-
-            def fwd(backend=backend):
+        for how, kw, vw, extra in ways:
+            try:
                 with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    out = F.scaled_dot_product_attention(qt, kw, vw, is_causal=causal, **extra)
+                    dout = torch.randn_like(out)
+                    torch.autograd.grad(out, (qt, kw, vw), dout, retain_graph=True)
 
-            def bwd(out=out, dout=dout):
-                return torch.autograd.grad(out, (qt, kt, vt), dout, retain_graph=True)
+                def fwd(backend=backend, kw=kw, vw=vw, extra=extra):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(qt, kw, vw, is_causal=causal, **extra)
 
-            res[name] = (fwd, bwd)
-        except Exception as exc:  # a backend that does not support this shape/dtype
-            print(f"  {name}: not run ({type(exc).__name__}: {str(exc)[:120]})", file=sys.stderr)
+                def bwd(out=out, dout=dout, kw=kw, vw=vw):
+                    return torch.autograd.grad(out, (qt, kw, vw), dout, retain_graph=True)
+
+                res[name] = (fwd, bwd, how)
+                break
+            except Exception as exc:  # a backend that does not support this shape/dtype
+                print(f"  {name} ({how}): not run ({type(exc).__name__}: {str(exc)[:120]})",
+                      file=sys.stderr)
     return res
 
 
@@ -229,7 +257,7 @@ def flex_time(q, k, v, mask, reps):
     dout = torch.randn_like(qt)
 
     def step():
-        out = flex(qt, kt, vt, block_mask=block_mask)
+        out = flex(qt, kt, vt, block_mask=block_mask, enable_gqa=kt.shape[1] != qt.shape[1])
         torch.autograd.grad(out, (qt, kt, vt), dout)
 
     return time_ms(step, reps)
@@ -244,12 +272,14 @@ def random_tile_mask(b, h, tm, tn, keep, device, seed=0):
     return (scores >= thresh).to(device)
 
 
-def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
-    b, s, h, d = shape
-    dev = torch.device("cuda")
+def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls", device="cuda"):
+    """One shape's rows (device: "cpu" only for the tests' smoke run, with a stand-in timer)."""
+    b, s, h, d = shape[:4]
+    hk = kv_heads_of(shape)
+    dev = torch.device(device)
     rows = {"shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "causal": causal}
     fl = fwd_flops(b, s, h, d, causal)
-    q, k, v = random_qkv(b, s, h, d, dtype, dev)
+    q, k, v = grouped(*random_qkv(b, s, h, d, dtype, dev), hk)
     dout = torch.randn_like(q)
 
     def timer(fns, ref):
@@ -265,7 +295,7 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
            "bl_fwd_stats": lambda: blf.forward(q, k, v, causal=causal, with_stats=True),
            "bl_bwd": lambda: blf.backward(dout, q, k, v, out, lse, causal=causal)}
     peers = sdpa_callables(q, k, v, causal)
-    for name, (fwd, bwd) in peers.items():
+    for name, (fwd, bwd, _) in peers.items():
         fns[name + "_fwd"], fns[name + "_bwd"] = fwd, bwd
     # The statistics' cost also as each call's ratio to the plain forward of its own cycle: the
     # ratio of medians moved by up to 4 points per shape between two runs of one build
@@ -281,7 +311,7 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
     for name in peers:
         fw, bw = ms[name + "_fwd"], ms[name + "_bwd"]
         rows[name] = {"fwd_ms": fw, "bwd_ms": bw, "fwd_tflops": fl / fw / 1e9,
-                      "bwd_tflops": 2.5 * fl / bw / 1e9}
+                      "bwd_tflops": 2.5 * fl / bw / 1e9, "heads": peers[name][2]}
     del peers, fns
 
     # Sparse backward against the dense one, each set timed with its own dense reference in the
@@ -311,7 +341,7 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
         sparse.append(row)
 
     # from W + negl_prob on structured (video-grid) inputs
-    qs, ks, vs = video_qkv(b, s, h, d, dtype, dev)
+    qs, ks, vs = grouped(*video_qkv(b, s, h, d, dtype, dev), hk)
     outs, lses, ws = blf.forward(qs, ks, vs, causal=causal, with_stats=True)
     fns = {"dense": lambda: blf.backward(dout, qs, ks, vs, outs, lses, causal=causal)}
     for negl in NEGL_PROBS:
@@ -333,12 +363,15 @@ def bench_shape(shape, dtype, causal, reps, rounds, with_flex, timing="calls"):
 def print_table(results):
     # "stats overhead": ratio of medians, then (files from the thirty-ninth session on) the paired
     # ratio
-    print("\n| shape (B,S,H,D) | causal | BackLite fwd / bwd TFLOP/s | cuDNN fwd / bwd | FLASH fwd / bwd "
+    print("\n| shape (B,S,H,D[,Hk]) | causal | BackLite fwd / bwd TFLOP/s | cuDNN fwd / bwd | FLASH fwd / bwd "
           "| stats overhead (paired) | W bytes (per-row design) |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
         bl = r["backlite"]
-        cell = lambda k: (f"{r[k]['fwd_tflops']:.0f} / {r[k]['bwd_tflops']:.0f}" if k in r else "n/a")
+        # a GQA / MQA peer that ran on K / V repeated to the query heads says so
+        cell = lambda k: (f"{r[k]['fwd_tflops']:.0f} / {r[k]['bwd_tflops']:.0f}"
+                          + (" (K/V repeated)" if r[k].get("heads") == "kv repeated" else "")
+                          if k in r else "n/a")
         paired = bl.get("stats_overhead_paired")
         paired = f" ({paired:.3f}x)" if paired is not None else ""
         print(f"| {tuple(r['shape'])} | {r['causal']} | {cell('backlite')} | {cell('sdpa_cudnn')} "
@@ -359,15 +392,22 @@ def print_table(results):
                   f"| {flex} | {paired} |")
 
 
-BARS_MIN_SEQLEN = 16384  # the issue's bars are stated at S = 16384 and 32768
+BARS_MIN_SEQLEN = 16384  # the issue's bars are stated at S = 16384 and 32768 (MHA shapes)
 STATS_BAR = 1.03  # forward with statistics over forward without
 
 
-def bar_counts(results) -> dict:
-    """How many of the bar shapes' rows (S >= BARS_MIN_SEQLEN) meet each bar, by the ratio of
-    medians ("medians") and by the paired ratio ("paired", None where a row has none):
-    {bar: {"medians": n, "paired": n or None, "of": rows}}."""
-    rows = [sp for r in results if r["shape"][1] >= BARS_MIN_SEQLEN for sp in r["sparse"]]
+def is_bar_shape(shape, grouped_heads=False) -> bool:
+    """S >= BARS_MIN_SEQLEN and MHA (grouped_heads: GQA / MQA instead, counted apart)."""
+    return shape[1] >= BARS_MIN_SEQLEN and (kv_heads_of(shape) != shape[2]) == grouped_heads
+
+
+def bar_counts(results, grouped_heads=False) -> dict:
+    """How many of the bar shapes' rows (S >= BARS_MIN_SEQLEN, MHA; with grouped_heads the GQA /
+    MQA shapes instead) meet each bar, by the ratio of medians ("medians") and by the paired
+    ratio ("paired", None where a row has none): {bar: {"medians": n, "paired": n or None,
+    "of": rows}}."""
+    results = [r for r in results if is_bar_shape(r["shape"], grouped_heads)]
+    rows = [sp for r in results for sp in r["sparse"]]
     have_paired = bool(rows) and all(sp.get("vs_dense_paired") is not None for sp in rows)
     tests = {"kept + 2%": lambda sp, x: x <= sp["kept"] + 0.02,
              "kept + 10%": lambda sp, x: x <= sp["kept"] + 0.10,
@@ -378,7 +418,7 @@ def bar_counts(results) -> dict:
                        "paired": sum(ok(sp, sp["vs_dense_paired"]) for sp in rows)
                        if have_paired else None,
                        "of": len(rows)}
-    shapes = [r for r in results if r["shape"][1] >= BARS_MIN_SEQLEN]
+    shapes = results
     stats_paired = [r["backlite"].get("stats_overhead_paired") for r in shapes]
     counts[f"statistics <= {STATS_BAR}x"] = {
         "medians": sum(r["backlite"]["stats_overhead"] <= STATS_BAR for r in shapes),
@@ -389,10 +429,15 @@ def bar_counts(results) -> dict:
 
 
 def print_bar_counts(results):
-    print(f"\nBars over the shapes with S >= {BARS_MIN_SEQLEN} (ratio of medians / paired ratio):")
-    for bar, c in bar_counts(results).items():
-        paired = f" / {c['paired']}" if c["paired"] is not None else ""
-        print(f"- {bar}: {c['medians']}{paired} of {c['of']}")
+    for grouped_heads, which in ((False, "MHA shapes"), (True, "GQA / MQA shapes")):
+        counts = bar_counts(results, grouped_heads)
+        if grouped_heads and not counts["kept + 2%"]["of"]:
+            continue
+        print(f"\nBars over the {which} with S >= {BARS_MIN_SEQLEN} "
+              "(ratio of medians / paired ratio):")
+        for bar, c in counts.items():
+            paired = f" / {c['paired']}" if c["paired"] is not None else ""
+            print(f"- {bar}: {c['medians']}{paired} of {c['of']}")
 
 
 def main(argv=None):
@@ -405,8 +450,9 @@ def main(argv=None):
                     help="dense comparison: calls interleaved one by one (default) or in blocks")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     ap.add_argument("--causal", default="both", choices=["no", "yes", "both"])
-    ap.add_argument("--shape", action="append", default=None, metavar="B,S,H,D",
-                    help="time only this shape (repeatable; default: the full set)")
+    ap.add_argument("--shape", action="append", default=None, metavar="B,S,H,D[,Hk]",
+                    help="time only this shape, Hk K / V heads where given (repeatable; default: "
+                         "the full set)")
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compile is slow)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--table", default=None, metavar="JSON",
@@ -428,9 +474,10 @@ def main(argv=None):
         try:
             shapes = [tuple(int(x) for x in sh.split(",")) for sh in args.shape]
         except ValueError:
-            ap.error(f"--shape wants B,S,H,D integers, got {args.shape}")
-        if any(len(sh) != 4 for sh in shapes):
-            ap.error(f"--shape wants four integers B,S,H,D, got {args.shape}")
+            ap.error(f"--shape wants B,S,H,D[,Hk] integers, got {args.shape}")
+        if any(len(sh) not in (4, 5) or (len(sh) == 5 and (sh[4] < 1 or sh[2] % sh[4]))
+               for sh in shapes):
+            ap.error(f"--shape wants B,S,H,D or B,S,H,D,Hk with Hk dividing H, got {args.shape}")
     reps = args.reps or (5 if args.quick else 15)
     rounds = args.rounds or (2 if args.quick else 3)
     causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]

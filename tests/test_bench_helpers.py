@@ -101,3 +101,59 @@ def test_bar_counts_count_the_bar_shapes_rows_by_both_ratios():
     assert bench.bar_counts(results)["statistics <= 1.03x"]["paired"] is None
     results[1]["backlite"]["stats_overhead_paired"] = 1.029
     assert bench.bar_counts(results)["statistics <= 1.03x"] == {"medians": 1, "paired": 1, "of": 2}
+
+
+def test_bar_counts_keep_gqa_shapes_apart():
+    """The issue's bars name MHA shapes: a GQA / MQA shape (B, S, Hq, D, Hk) is counted on its
+    own (grouped_heads=True), never in the MHA counts; a fifth entry equal to H is MHA."""
+    bench = load_bench()
+
+    def shape(dims, rows):
+        return {"shape": dims, "backlite": {"stats_overhead": 1.0},
+                "sparse": [{"kept": k, "vs_dense": m, "vs_dense_paired": m} for k, m in rows]}
+
+    results = [shape([1, 16384, 16, 128], [(0.1, 0.11)]),
+               shape([2, 16384, 8, 128, 1], [(0.1, 0.5), (0.5, 0.51)]),
+               shape([1, 16384, 8, 128, 8], [(0.1, 0.5)])]
+    mha, gqa = bench.bar_counts(results), bench.bar_counts(results, grouped_heads=True)
+    assert mha["kept + 2%"] == {"medians": 1, "paired": 1, "of": 2}
+    assert gqa["kept + 2%"] == {"medians": 1, "paired": 1, "of": 2}
+    assert gqa["statistics <= 1.03x"]["of"] == 1
+
+
+def test_grouped_inputs_keep_the_first_kv_heads():
+    import torch
+    bench = load_bench()
+    q, k, v = (torch.randn(1, 5, 4, 8) for _ in range(3))
+    assert bench.kv_heads_of((1, 5, 4, 8)) == 4 and bench.kv_heads_of((1, 5, 4, 8, 2)) == 2
+    gq, gk, gv = bench.grouped(q, k, v, 2)
+    assert gq is q and gk.shape == (1, 5, 2, 8) and gk.is_contiguous()
+    assert torch.equal(gk, k[:, :, :2]) and torch.equal(gv, v[:, :, :2])
+    assert all(a is b for a, b in zip(bench.grouped(q, k, v, 4), (q, k, v)))
+
+
+def test_bench_shape_runs_a_gqa_shape(monkeypatch):
+    """A GQA shape through every part of bench_shape -- dense comparison, random masks, video W
+    -- on the CPU backend with a wall-clock stand-in for CUDA events (the SDPA peers' CUDA
+    backends do not run there and are left out, as on a GPU where one refuses a shape)."""
+    import time
+    import torch
+    bench = load_bench()
+
+    class WallEvent:
+        def record(self):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, end):
+            return 1e3 * (end.t - self.t)
+
+    monkeypatch.setattr(bench.interleaved_times, "__defaults__", (0, WallEvent, lambda: None))
+    monkeypatch.setattr(bench, "RANDOM_MASK_KEEP", [1.0, 0.25])
+    monkeypatch.setattr(bench, "NEGL_PROBS", [0.05])
+    rows = bench.bench_shape((1, 256, 4, 64, 2), torch.float32, True, reps=1, rounds=1,
+                             with_flex=False, device="cpu")
+    assert rows["shape"] == [1, 256, 4, 64, 2]
+    assert rows["backlite"]["bwd_ms"] > 0 and "sdpa_cudnn" not in rows
+    assert [sp["source"] for sp in rows["sparse"]] == ["random mask", "random mask",
+                                                       "video W, negl_prob=0.05"]
+    assert all(0 < sp["kept"] <= 1 and sp["bwd_ms"] > 0 for sp in rows["sparse"])
