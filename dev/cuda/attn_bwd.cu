@@ -861,6 +861,24 @@ int main(int argc, char **argv) {
         bench_shape(1, 32768, 24, 128, causal);
         return 0;
     }
+    if (!strcmp(what, "splitcaps")) {  // 1 x 16k x 32 q x 128 causal, Hk = 32 / argv[3] (32:
+        // MQA), a random mask keeping argv[2], under each head-split cap (bl_bwd_head_split
+        // picks at most that many parts): what the split costs a masked call, two rounds; with
+        // argv[4] = 1, 2, 4 or 8 that cap alone, once (e.g. under ncu)
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 0.25;
+        g_group = argc > 3 ? atoi(argv[3]) : 32;
+        static const char *names[] = {"cap1", "cap2", "cap4", "cap8"};
+        const int only = argc > 4 ? atoi(argv[4]) : 0;
+        for (int round = 0; round < (only ? 1 : 2); ++round)
+            for (int x = 0; x < 4; ++x) {
+                if (only && (1 << x) != only) continue;
+                bl_bwd_set_head_split_cap(1 << x);
+                g_vname = names[x];
+                bench_shape(1, 16384, 32, 128, 1);
+            }
+        bl_bwd_set_head_split_cap(1 << 30);
+        return 0;
+    }
     if (!strcmp(what, "sparse64")) {  // the same at head dim 64, and the bench's 4 x 4096 shape
         g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
         bench_shape(1, 16384, 16, 64, 0);

@@ -61,8 +61,10 @@ struct bl_bwd_workspace {
     // (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
     unsigned long long *totals;
     int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
-    // (B*Hk*Tn*P + 1): {schedule[i / P], its count, its count80, i % P} with P the call's head
-    // split (bl_bwd_head_split; 1 where a call does not split); the last {-1, 0, 0, 0}
+    // (B*Hk*Tn*P + 1): {column, its count, its count80, part} in schedule order, P records a
+    // column with P the call's head split (bl_bwd_head_split; 1 where a call does not split),
+    // part-major within each schedule window (select_sm90.cu, sched_split_order); the last
+    // {-1, 0, 0, 0}
     int4 *sched_rec;
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
     // (2, P, B, Sk, Hk, D) fp32: a split call's dK and dV partials, one per part of each

@@ -579,6 +579,14 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 // -5 %, sparse -10..-18 %, 16k x 16 dense level, sparse -3..-9 %. (With the static snake the
 // causal windows had lost 7-8 %: their columns differ too much in length.)
 
+// sched_split_order: a split call's records (bl_bwd_head_split: P per column) go part-major --
+// every column of the window in count order for part 0, then again for part 1, ... -- so that
+// the CTAs running at once walk the rows of few query heads, many key tiles each: the Q / dO rows
+// and dQ accumulator blocks they share are then read and reduce-added in L2 by many of them.
+// With a column's P records side by side instead, the SMs held ~16 columns x all P parts (every
+// query head), each head's rows shared by ~16 CTAs: MQA 1 x 16k x 32 q x 128 causal at 25 %
+// kept moved 6.7 GB of DRAM in its packed walk against GQA-8's 3.5 GB for the same entries
+// (L2 hit rate 58 against 75 %: bench/results/bwd-s73-split-more.txt, call 4).
 enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
 
 // Both schedule kernels run as the lists kernel's programmatic dependent (bl_cuda_backward): the
@@ -641,9 +649,10 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
         int bkt = (SCHED_BUCKETS - 1) - (int)((int64_t)counts[c] * (SCHED_BUCKETS - 1) / maxc);
         const int pos = atomicAdd(&hist[bkt], 1);
         schedule[pos] = c;
-        // a split call's column as `split` consecutive records, one per part of its query heads
+        // a split call's column as `split` records, one per part of its query heads, part-major
+        // (sched_split_order)
         for (int j = 0; j < split; ++j)
-            recs[(int64_t)pos * split + j] = make_int4(c, counts[c], 0, j);
+            recs[(int64_t)j * num_cols + pos] = make_int4(c, counts[c], 0, j);
     }
     if (tid == 0) {
         recs[(int64_t)num_cols * split] = make_int4(-1, 0, 0, 0);
@@ -703,9 +712,10 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     if (i < n) {
         const int rank = r0 + r1;
         schedule[w0 + rank] = w0 + i;
-        // a split call's column as `split` consecutive records, one per part of its query heads
+        // a split call's column as `split` records, one per part of its query heads: the
+        // window's columns in count order for part 0, then for part 1, ... (sched_split_order)
         for (int j = 0; j < split; ++j)
-            recs[(int64_t)(w0 + rank) * split + j] = make_int4(w0 + i, ci, c80, j);
+            recs[(int64_t)w0 * split + (int64_t)j * n + rank] = make_int4(w0 + i, ci, c80, j);
     }
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
