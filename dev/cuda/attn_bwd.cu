@@ -531,9 +531,12 @@ static int run_case(const Case &c) {
                                                 (c.pick == kPickRows64 && !rows64)))
             ok = 0;
     }
+    // (at head dim 64 the 3-CTA variant is the shipped kernel unsplit)
+    const char *vname =
+        c.D == 64 && variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? "ws64u" : variant_name(variant);
     printf("%-5s %-4s B%d Sq%-5d Sk%-5d Hq%-2d Hk%-2d D%-3d %s %-6s%s%s keep %5.3f | dq %.1e dk %.1e "
            "dv %.1e nan-mismatch %ld/%ld/%ld sel-diff %ld  %s%s\n",
-           c.D == 64 && variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? "ws64u" : variant_name(variant), c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
+           vname, c.dt == BL_DTYPE_BF16 ? "bf16" : "fp16", c.B, c.Sq, c.Sk, c.Hq, c.Hk, c.D,
            c.causal ? "causal" : "full  ", c.mode == 0 ? "dense" : c.mode == 1 ? "mask" : "select",
            c.padded ? " strided" : "", c.nan_row ? " nan" : c.synthetic ? " long" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
