@@ -20,7 +20,8 @@ sparse rows' ratio to the dense backward (and the bars' verdicts) is that of the
 beside it, "paired", the median of each sparse call's time over the dense call of the same cycle
 (paired_ratios), which varies less between runs (bench/results/bench-yardstick-s37.txt run 3).
 The run ends with how many rows of the shapes with S >= 16384 meet each bar, by both ratios
-(bar_counts).
+(bar_counts): the MHA shapes (the issue's bars), then apart the GQA / MQA ones (shapes with a
+fifth entry, the K / V heads).
 """
 from __future__ import annotations
 
