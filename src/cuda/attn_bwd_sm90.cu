@@ -483,10 +483,6 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
             BL_TRY(launch(R80_PACKED));
             BL_TRY(launch(R80_DENSE));
         }
-        // a split call's dK / dV from the partials of whichever kernel ran
-        if (p.head_split > 1)
-            BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws,
-                                            stream));
     } else {
         bl_status st;
         bool perm = false;
@@ -497,14 +493,14 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
             st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows)
                       : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows);
         if (st != BL_OK) return st;
-        if (p.head_split > 1)  // (never with dq_rows: no split there)
-            BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws,
-                                            stream));
         if (dq_rows && !perm)
             return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: dq-rows path without version 10");
-        if (dq_rows) return BL_OK;  // dq written by the dq-rows kernel
         layout = perm ? BL_DQ_ROWS_PERMUTED : BL_DQ_ROWS;
     }
+    // a split call's dK / dV from the partials of whichever kernel ran (never with dq_rows)
+    if (p.head_split > 1)
+        BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws, stream));
+    if (dq_rows) return BL_OK;  // dq written by the dq-rows kernel
 
     return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, layout, p.dq_direct != 0, dq, &ws,
                                      stream);
