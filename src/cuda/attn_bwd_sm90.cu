@@ -124,19 +124,24 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             const int64_t ctas = g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ? 3 : sms;
             const int64_t grid = num_cols < ctas ? num_cols : ctas;
             // With p.dq_direct the DIRECT form first: the device picks one of the two, the
-            // other returns at once (bl_bwd_dq_direct_chosen).
+            // other returns at once (bl_bwd_dq_direct_chosen). On a masked call (p.totals set)
+            // the first form launched is the preprocess's programmatic dependent (it waits for
+            // it before reading the totals); the second stays a plain launch (as a dependent it
+            // ran 6-11 us slower where it is picked: bench/results/bwd-s53-direct-threshold.txt).
+            bool dependent = p.totals != nullptr;
             if (p.dq_direct && !without_dq && !split) {
                 auto direct = keys_full ? bwd_ws128_kernel<T, true, true, true>
                                         : bwd_ws128_kernel<T, true, true>;
                 BL_CUDA_CHECK(cudaFuncSetAttribute(
                     direct, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-                direct<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
-                BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel (direct dQ)");
+                BL_CUDA_CHECK(bl_launch(direct, dim3((unsigned)grid), dim3(WS_THREADS), smem,
+                                        stream, dependent, p));
+                dependent = false;
             }
             BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
-            kernel<<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
-            BL_CUDA_CHECK_LAUNCH("bwd_ws128_kernel");
+            BL_CUDA_CHECK(bl_launch(kernel, dim3((unsigned)grid), dim3(WS_THREADS), smem, stream,
+                                    dependent, p));
             *dq_cols_permuted = true;
             return BL_OK;
         }

@@ -287,6 +287,7 @@ __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                           bool cols_permuted, uint16_t *__restrict__ dq, int64_t sb, int64_t ss,
                           int64_t sh) {
+    griddep_wait();  // a programmatic dependent of the main kernel (bl_bwd_postprocess_launch)
     constexpr int TPR = D / PP_VEC;
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -374,6 +375,7 @@ __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[pp_tile_floats(ROWS)];
+    griddep_wait();  // a programmatic dependent of the main kernel (bl_bwd_postprocess_launch)
     const int64_t blk = blockIdx.x / PP_TILE_PARTS;
     postprocess_tile<T, ROWS, GROUPED>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
                                        (int)(blockIdx.x % PP_TILE_PARTS), tile);
@@ -448,6 +450,7 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
                                  const uint8_t *__restrict__ dq_writers, bool dq_direct,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[pp_tile_floats(PP80_ROWS)];  // the larger part
+    griddep_wait();  // a programmatic dependent of the main kernels (bl_bwd_postprocess_launch)
     const int64_t blk = blockIdx.x / PP_TILE_PARTS;
     const int part = (int)(blockIdx.x % PP_TILE_PARTS);
     const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
@@ -558,6 +561,12 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
     return BL_OK;
 }
 
+// Each conversion kernel is the programmatic dependent of the kernel before it (the last main
+// kernel, or the split's dK / dV reduction): its CTAs may take the SMs as that kernel's leave
+// them, and every CTA waits (griddepcontrol.wait) for it to complete before reading anything, so
+// only the launch's latency leaves the call's critical path. That kernel completes after all
+// before it: it is a plain launch, or (an 80-row kernel of a masked call) waits for the one
+// before it.
 template <typename T, int D>
 static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_layout layout,
                                    bool dq_direct, bl_tensor dq, const bl_bwd_workspace *ws,
@@ -573,9 +582,9 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         auto kernel = r64 ? bl_bwd_postprocess_tile_kernel<T, BL_BWD_TM, true>
                           : bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, true>;
         const int64_t grid = (r64 ? r64_blocks : r80_blocks) * PP_TILE_PARTS;
-        kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(
-            dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
-        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
+        BL_CUDA_CHECK(bl_launch(kernel, dim3((unsigned)grid), dim3(PP_THREADS), 0, stream, true,
+                                dm, scale, (const float *)ws->dq_accum, (uint16_t *)dq.data,
+                                dq.stride_b, dq.stride_s, dq.stride_h));
         return BL_OK;
     }
     if (layout == BL_DQ_CHOSEN || layout == BL_DQ_PACKED) {
@@ -585,24 +594,25 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         auto kernel = packed ? bl_bwd_postprocess_picked_kernel<T, false>
                              : bl_bwd_postprocess_picked_kernel<T, true>;
         // ws->dq_writers: the entries of each row tile (NULL unless bl_bwd_dq_writers_used)
-        kernel<<<(unsigned)grid, PP_THREADS, 0, stream>>>(
-            dm, scale, ws->dq_accum, ws->totals, ws->dq_writers, dq_direct, (uint16_t *)dq.data,
-            dq.stride_b, dq.stride_s, dq.stride_h);
-        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_picked_kernel");
+        BL_CUDA_CHECK(bl_launch(kernel, dim3((unsigned)grid), dim3(PP_THREADS), 0, stream, true,
+                                dm, scale, (const float *)ws->dq_accum,
+                                (const unsigned long long *)ws->totals,
+                                (const uint8_t *)ws->dq_writers, dq_direct, (uint16_t *)dq.data,
+                                dq.stride_b, dq.stride_s, dq.stride_h));
         return BL_OK;
     }
     if (layout == BL_DQ_TILES80) {
-        bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, false>
-            <<<(unsigned)(r80_blocks * PP_TILE_PARTS), PP_THREADS, 0, stream>>>(
-            dm, scale, ws->dq_accum, (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h);
-        BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_tile_kernel");
+        BL_CUDA_CHECK(bl_launch(bl_bwd_postprocess_tile_kernel<T, PP80_ROWS, false>,
+                                dim3((unsigned)(r80_blocks * PP_TILE_PARTS)), dim3(PP_THREADS), 0,
+                                stream, true, dm, scale, (const float *)ws->dq_accum,
+                                (uint16_t *)dq.data, dq.stride_b, dq.stride_s, dq.stride_h));
         return BL_OK;
     }
     const bool cols_permuted = layout == BL_DQ_ROWS_PERMUTED;
-    bl_bwd_postprocess_kernel<T, D><<<(unsigned)blocks, PP_THREADS, 0, stream>>>(
-        dm, scale, ws->dq_accum, cols_permuted, (uint16_t *)dq.data, dq.stride_b, dq.stride_s,
-        dq.stride_h);
-    BL_CUDA_CHECK_LAUNCH("bl_bwd_postprocess_kernel");
+    BL_CUDA_CHECK(bl_launch(bl_bwd_postprocess_kernel<T, D>, dim3((unsigned)blocks),
+                            dim3(PP_THREADS), 0, stream, true, dm, scale,
+                            (const float *)ws->dq_accum, cols_permuted, (uint16_t *)dq.data,
+                            dq.stride_b, dq.stride_s, dq.stride_h));
     return BL_OK;
 }
 

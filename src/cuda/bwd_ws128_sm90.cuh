@@ -387,6 +387,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     if (DIRECT && p.totals == nullptr) return;
     if (p.totals != nullptr) {
         griddep_launch_dependents();
+        // The first form launched is the preprocess's programmatic dependent (launch_main): the
+        // preprocess, and the schedule it waited for, complete before anything here is read.
+        griddep_wait();
         if (bl_bwd_rows80_chosen(p.totals, p.causal != 0, KEYS_FULL)) return;
         if (DIRECT != (p.dq_direct && bl_bwd_dq_direct_chosen(p.totals, p.dm))) return;
     }
