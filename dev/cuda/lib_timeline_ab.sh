@@ -14,6 +14,11 @@
 # keeps after a bar, "1,32768,24,128 --causal|0.1,negl:0.5", in place of KEEPS:
 #   OUT=$OUT bash dev/cuda/lib_timeline_ab.sh base=build/tree_base,fix=build/tree_fix \
 #       "1,16384,16,128|dense,0.01,negl:0.5;1,16384,16,64 --causal" 0.1,0.01 2
+# A TREE that ends in .so is a library built here (cmake --build, then cp): it is used as it is,
+# and NEW_LIB=PATH.so does the same for "new" -- no build on the device, whose minutes count
+# (each carried library ~11 MB): NEW_LIB=build/ab/new.so bash dev/cuda/lib_timeline_ab.sh \
+#   base=build/ab/base.so "1,16384,16,128|0.03" dense 3
+# The builds' order flips every other round.
 set -euo pipefail
 IFS=',' read -r -a specs <<< "$1"
 IFS=';' read -r -a configs <<< "$2"
@@ -25,12 +30,13 @@ for spec in "${specs[@]}"; do
     if [[ $spec == *=* ]]; then names+=("${spec%%=*}"); trees+=("${spec#*=}")
     else names+=(base); trees+=("$spec"); fi
 done
-build() {  # build DIR SOURCE
+build() {  # build DIR SOURCE (a tree, or a prebuilt libbacklite.so: copied)
+    if [[ $2 == *.so ]]; then mkdir -p "$1" && cp "$2" "$1/libbacklite.so"; return; fi
     cmake -S "$2" -B "$1" -G Ninja -DBL_BUILD_TESTS=OFF > "$OUT/build-$(basename "$1").txt" 2>&1
     cmake --build "$1" -j 16 >> "$OUT/build-$(basename "$1").txt" 2>&1
 }
 pids=()
-build build/ab_new . & pids+=($!)
+build build/ab_new "${NEW_LIB:-.}" & pids+=($!)
 for i in "${!names[@]}"; do build "build/ab_${names[$i]}" "${trees[$i]}" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p"; done
 export PYTHONPATH=$PWD
@@ -39,7 +45,13 @@ for cfg in "${configs[@]}"; do
     if [[ $cfg == *"|"* ]]; then cfg_keeps=${cfg##*|}; cfg=${cfg%%|*}; fi
     read -r shape flags <<< "$cfg"
     for r in $(seq "$rounds"); do
-        for lib in "${names[@]}" new; do
+        order=("${names[@]}" new)
+        if (( r % 2 == 0 )); then  # flipped: no build always runs right after the same one
+            for ((i = 0, j = ${#order[@]} - 1; i < j; ++i, --j)); do
+                t=${order[i]}; order[i]=${order[j]}; order[j]=$t
+            done
+        fi
+        for lib in "${order[@]}"; do
             echo "== $lib round $r: shape $shape $flags"
             BACK_LITE_LIBRARY=$PWD/build/ab_$lib/libbacklite.so \
                 python3 dev/cuda/bwd_call_timeline.py --shape "$shape" $flags --calls 9 \
