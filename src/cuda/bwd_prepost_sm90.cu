@@ -64,17 +64,23 @@ static size_t ws_take(size_t *offset, size_t bytes) {
 // - with one, a column's length falls from L to ~0 along the key tiles (L / 2 on average); the
 //   heaviest-first schedule ends at about the average load plus half a last column, and never
 //   before its longest column: max(L / P, cols L / (2 sms) + L / (2 P)).
-// Each part adds SPLIT_PART_COST L (its partials written and summed: at 16k keys of one kv head
-// ~11 us against a column's ~16 ms, so a tie-breaker that keeps P small where parts gain little).
+// With a causal mask each part adds SPLIT_PART_COST L per round of columns (cols / sms): each
+// part gives every SM cols / sms more column starts and ends and the reduction cols more blocks
+// to read. (Without one a split must save whole rounds; ties keep fewer parts.) Measured, dense
+// and masked calls at every P (bench/results/bwd-s75-split-parts.txt): at 256 columns (2 x 16k
+// x 8 q heads, one K / V head) 4 parts beat 8 at head dims 128 and 64 (dense -1.0 / -4.0 %,
+// masked -68..-96 us at 128), at 128 columns (16k x 32 q heads) 8 beat 4 (dense -8 %): the
+// constant picks 8 below ~172 columns and 4 above (it was 0.01 L per part whatever the columns,
+// which picked 8 for both).
 // At most SPLIT_MAX parts, and only where the columns fill fewer than SPLIT_MIN_ROUNDS rounds of
 // the SMs (more rounds balance themselves).
-static constexpr double SPLIT_PART_COST = 0.01;
+static constexpr double SPLIT_PART_COST = 0.012;
 enum { SPLIT_MAX = 8, SPLIT_MIN_ROUNDS = 4 };
 static double split_makespan(int64_t cols, int sms, bool causal, int parts) {
     const double p = parts;
     if (!causal) return (double)((cols * parts + sms - 1) / sms) / p;
     const double longest = 1.0 / p, balanced = (double)cols / (2.0 * sms) + 0.5 / p;
-    return (longest > balanced ? longest : balanced) + SPLIT_PART_COST * p;
+    return (longest > balanced ? longest : balanced) + SPLIT_PART_COST * p * (double)cols / sms;
 }
 
 static int g_head_split_cap = SPLIT_MAX;
