@@ -64,23 +64,26 @@ static size_t ws_take(size_t *offset, size_t bytes) {
 // - with one, a column's length falls from L to ~0 along the key tiles (L / 2 on average); the
 //   heaviest-first schedule ends at about the average load plus half a last column, and never
 //   before its longest column: max(L / P, cols L / (2 sms) + L / (2 P)).
-// With a causal mask each part adds SPLIT_PART_COST L per round of columns (cols / sms): each
-// part gives every SM cols / sms more column starts and ends and the reduction cols more blocks
-// to read. (Without one a split must save whole rounds; ties keep fewer parts.) Measured, dense
-// and masked calls at every P (bench/results/bwd-s75-split-parts.txt): at 256 columns (2 x 16k
-// x 8 q heads, one K / V head) 4 parts beat 8 at head dims 128 and 64 (dense -1.0 / -4.0 %,
-// masked -68..-96 us at 128), at 128 columns (16k x 32 q heads) 8 beat 4 (dense -8 %): the
-// constant picks 8 below ~172 columns and 4 above (it was 0.01 L per part whatever the columns,
-// which picked 8 for both).
+// With a causal mask each part adds part_cost L per round of columns (cols / sms): each part
+// gives every SM cols / sms more column starts and ends and the reduction cols more blocks to
+// read. (Without one a split must save whole rounds; ties keep fewer parts.) Measured, dense and
+// masked calls at every P (bench/results/bwd-s75-split-parts.txt): at head dim 128, 256 columns
+// (2 x 16k x 8 q heads, one K / V head) 4 parts beat 8 (dense -1.0 %, masked -68..-96 us) and at
+// 128 columns (16k x 32 q heads) 8 beat 4 (dense -8 %): SPLIT_PART_COST_D128 picks 8 below ~172
+// columns, 4 from there. At head dim 64 a part costs more against a column (a CTA per column and
+// part, each with its own start and end): 256 columns 2 parts best (dense -2 % against 4, -6 %
+// against 8), 128 columns 4 (dense level with 8, masked -27..-55 us): SPLIT_PART_COST_D64 picks 8
+// below ~59 columns, 4 to ~235, 2 from there. (It was 0.01 L a part whatever the columns, which
+// picked 8 for all four.)
 // At most SPLIT_MAX parts, and only where the columns fill fewer than SPLIT_MIN_ROUNDS rounds of
 // the SMs (more rounds balance themselves).
-static constexpr double SPLIT_PART_COST = 0.012;
+static constexpr double SPLIT_PART_COST_D128 = 0.012, SPLIT_PART_COST_D64 = 0.035;
 enum { SPLIT_MAX = 8, SPLIT_MIN_ROUNDS = 4 };
-static double split_makespan(int64_t cols, int sms, bool causal, int parts) {
+static double split_makespan(int64_t cols, int sms, bool causal, int parts, double part_cost) {
     const double p = parts;
     if (!causal) return (double)((cols * parts + sms - 1) / sms) / p;
     const double longest = 1.0 / p, balanced = (double)cols / (2.0 * sms) + 0.5 / p;
-    return (longest > balanced ? longest : balanced) + SPLIT_PART_COST * p * (double)cols / sms;
+    return (longest > balanced ? longest : balanced) + part_cost * p * (double)cols / sms;
 }
 
 static int g_head_split_cap = SPLIT_MAX;
@@ -93,11 +96,12 @@ int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
         return 1;
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols >= (int64_t)SPLIT_MIN_ROUNDS * sms) return 1;
+    const double part_cost = dm.head_dim == 64 ? SPLIT_PART_COST_D64 : SPLIT_PART_COST_D128;
     int best = 1;
-    double best_cost = split_makespan(cols, sms, causal, 1);
+    double best_cost = split_makespan(cols, sms, causal, 1, part_cost);
     for (int parts = 2; parts <= g_head_split_cap && parts <= SPLIT_MAX && dm.group % parts == 0;
          parts *= 2) {
-        const double cost = split_makespan(cols, sms, causal, parts);
+        const double cost = split_makespan(cols, sms, causal, parts, part_cost);
         if (cost < best_cost) best = parts, best_cost = cost;
     }
     return best;
