@@ -498,12 +498,16 @@ static int run_case(const Case &c) {
     // The kernel the device picked for a masked head-dim-128 call under the shipped choice
     // (the entry totals the lists kernel left in the workspace).
     const char *pick = "";
+    int split_used = split;  // of a masked head-dim-128 call: the device's (bl_bwd_split_parts)
     if (c.D == 128 && c.mode != 0 &&
         (variant == BL_BWD_VARIANT_WGMMA || variant == BL_BWD_VARIANT_WS128_FEW_CTAS)) {
         bl_bwd_workspace w;
         bl_bwd_workspace_layout(dm, ws, &w);
         unsigned long long tot[BL_BWD_TOTALS];
         CK(cudaMemcpy(tot, w.totals, sizeof tot, cudaMemcpyDeviceToHost));
+        bl_bwd_split_rule rule;
+        if (split > 1 && bl_bwd_split_rule_make(dm, c.causal != 0, split, &rule) == BL_OK)
+            split_used = bl_bwd_split_parts(split, rule, tot);
         const bool keys_full = bl_bwd_keys_full(dm, c.causal != 0);
         pick = bl_bwd_masked_full(tot)     ? " [80 rows, dense]"
                : !bl_bwd_rows80_chosen(tot, c.causal, keys_full)
@@ -541,7 +545,8 @@ static int run_case(const Case &c) {
            c.padded ? " strided" : "", c.nan_row ? " nan" : c.synthetic ? " long" : "", (double)kept / mask.size(),
            eq.rel, ek.rel, ev.rel, eq.bad_nan, ek.bad_nan, ev.bad_nan, sel_diff,
            ok ? "PASS" : "FAIL", pick);
-    if (split > 1) printf("      (the call above: %d-way head split)\n", split);
+    if (split > 1)
+        printf("      (the call above: %d-way head split, %d parts used)\n", split, split_used);
     cudaFree(ws); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_o); cudaFree(d_do);
     cudaFree(d_dq); cudaFree(d_dk); cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_W);
     cudaFree(d_mask);
@@ -1052,6 +1057,8 @@ int main(int argc, char **argv) {
         // aligned 80-row entries, without and with a causal mask (the check's asserted picks)
         cases.push_back({1, 160, 700, 4, 1, 128, 0, FP, 1, 0.95, 0, 0, 0, 0, kPickAligned});
         cases.push_back({1, 2000, 3000, 2, 2, 128, 1, BF, 1, 0.99, 0, 0, 0, 0, kPickAligned});
+        // a causal split call using 1 of its 8 parts (bl_bwd_split_parts)
+        cases.push_back({2, 8448, 8448, 8, 1, 128, 1, BF, 1, 0.004, 0, 0, 0, 1});
         // 280 key tiles: more than one schedule window (264 positions on 132 SMs)
         cases.push_back({1, 64, 256, 140, 140, 128, 0, BF, 1, 0.5, 0, 0, 0});
         // selection: 2 keys per lane of the warp kernel; the shared-memory sort (Tn > 1024)
@@ -1138,6 +1145,11 @@ int main(int argc, char **argv) {
         cases.push_back({1, 1000, 2000, 16, 1, 128, 1, BF, 1, 0.8, 0, 1, 0, 0, kPickPacked});
         cases.push_back({1, 2000, 3000, 2, 2, 128, 1, BF, 1, 0.99, 0, 0, 0, 0, kPickAligned});
         cases.push_back({1, 900, 300, 2, 2, 128, 1, BF, 1, 1.0, 0, 0, 0});
+        // A masked causal split call that uses fewer of its parts (bl_bwd_split_parts: calls of
+        // a column per SM or more; 132 columns split 8 ways dense): 1 part at 0.4 % of all
+        // tiles kept (~0.8 % of the causal ones, the share the rule weighs); the line under the
+        // case says. tests/gpu covers 2 of 4 parts (test_gpu_masked_backward_fewer_split_parts).
+        cases.push_back({2, 8448, 8448, 8, 1, 128, 1, BF, 1, 0.004, 0, 0, 0, 1});
         // Version 10 on sparse masks, where a row tile's only entry stores its dQ and tiles no
         // key tile keeps are converted without a read (they must come out 0):
         // GQA with Sq not a multiple of 64, causal, a NaN row, strided, and more key tiles than

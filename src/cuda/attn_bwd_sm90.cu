@@ -421,6 +421,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         if (p.head_split > 1 && ws.dkv_part == NULL)
             return bl_set_error(BL_ERR_INTERNAL, "head split %d without partials", p.head_split);
     }
+    // A masked call may use fewer of those parts, picked on the device from its totals.
+    BL_TRY(bl_bwd_split_rule_make(dm, d->causal != 0, p.head_split, &p.split_rule));
     bl_dq_layout layout = BL_DQ_ROWS;
     if (dq_rows)
         layout = BL_DQ_NONE;
@@ -504,7 +506,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     }
     // a split call's dK / dV from the partials of whichever kernel ran (never with dq_rows)
     if (p.head_split > 1)
-        BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, dk, dv, &ws, stream));
+        BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, p.split_rule,
+                                        p.totals, dk, dv, &ws, stream));
     if (dq_rows) return BL_OK;  // dq written by the dq-rows kernel
 
     return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, layout, p.dq_direct != 0, dq, &ws,

@@ -179,6 +179,51 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
     return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals, causal, keys_full);
 }
 
+// A split call's parts on the device. The host picks the head split P (bl_bwd_head_split) for
+// the dense call before the lists exist; a masked call's work is its kept share f of that, while
+// what each part costs (its column starts and ends, its blocks in the dK / dV reduction) is not:
+// at low keeps fewer parts win (2 x 16k x 8 q x 1 kv x 128 causal: at 25 / 10 / 3 / 0.8 % kept
+// P = 2, 2, 1-2, 1 against the dense call's 4; bench/results/bwd-s75-split-parts.txt). The host
+// prices each candidate P >> k once (bl_bwd_split_rule_make: the host rule's balance term, to be
+// scaled by f, and its part cost); the kernels and the dK / dV reduction then take the cheapest
+// from the call's totals (f = kept / (kept + dropped) pairs), all the same one: integer
+// arithmetic on the same inputs. Records of parts >= the choice are never drawn
+// (bl_bwd_split_record); partials of those parts are never read.
+enum { BL_BWD_SPLIT_LEVELS = 4, BL_BWD_SPLIT_FIXED_ONE = 1 << 20 };
+struct bl_bwd_split_rule {
+    int levels;  // candidates P >> k for k < levels; 1: P whatever the totals
+    int window;  // schedule window in columns (the records' part-major runs: sched_split_order)
+    // per candidate, in units of one dense column's time / BL_BWD_SPLIT_FIXED_ONE: the makespan
+    // of a full mask (scaled by f) and the fixed cost of its parts
+    unsigned long long balance[BL_BWD_SPLIT_LEVELS], part_cost[BL_BWD_SPLIT_LEVELS];
+};
+// The parts a call of head split `split` uses (totals: bl_bwd_workspace::totals, NULL on calls
+// without them). Cost k times (kept + dropped): kept balance[k] + (kept + dropped) part_cost[k].
+__host__ __device__ inline int bl_bwd_split_parts(int split, const bl_bwd_split_rule &rule,
+                                                  const unsigned long long *totals) {
+    if (totals == nullptr || rule.levels <= 1) return split;
+    const unsigned long long kept = totals[0], pairs = totals[0] + totals[2];
+    int best = 0;
+    unsigned long long best_cost = kept * rule.balance[0] + pairs * rule.part_cost[0];
+    // unrolled: a runtime index into the kernel parameter would copy it to local memory
+#pragma unroll
+    for (int k = 1; k < BL_BWD_SPLIT_LEVELS; ++k) {
+        const unsigned long long cost = kept * rule.balance[k] + pairs * rule.part_cost[k];
+        if (k < rule.levels && cost < best_cost) best = k, best_cost = cost;
+    }
+    return split >> best;
+}
+// The schedule record of draw position pos (< columns x parts) of a call that uses `parts` of
+// its `split`: each window of w columns holds w x split records, part-major, so its first w x
+// parts records are those of parts < parts; the last window is shorter but starts at the same
+// stride.
+__host__ __device__ inline int64_t bl_bwd_split_record(int64_t pos, int parts, int split,
+                                                       int window) {
+    if (parts == split) return pos;
+    const int64_t per = (int64_t)window * parts;
+    return pos / per * ((int64_t)window * split) + pos % per;
+}
+
 bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 
 // How many parts a call splits each column's G query heads into (1: none). The main kernels
@@ -191,6 +236,11 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 // bwd_prepost_sm90.cu; the workspace holds the partials of the larger of the causal and
 // non-causal choices.
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);
+// The device's choice among split, split / 2, ... (bl_bwd_split_parts) for a call of head split
+// `split`: candidates where the call is causal at head dim 128 (whose masked calls carry the
+// totals), P alone elsewhere. bwd_prepost_sm90.cu.
+bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
+                                 bl_bwd_split_rule *rule);
 // Dev only (dev/cuda/attn_bwd.cu): the most parts bl_bwd_head_split may choose (1: no split), so
 // that the checker runs its GQA / MQA cases unsplit too (it does on 3 CTAs).
 void bl_bwd_set_head_split_cap(int cap);
@@ -215,6 +265,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // split: the call's head split (bl_bwd_head_split): each column's record repeated for its parts.
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  const bl_bwd_workspace *ws, cudaStream_t stream);
+// select_sm90.cu: the schedule's window in columns (the records' part-major runs).
+bl_status bl_bwd_schedule_window(bool causal, int *window);
 
 // How the main kernel laid out the fp32 dq accumulator.
 enum bl_dq_layout {
@@ -282,10 +334,12 @@ bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float
                                     const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // bwd_prepost_sm90.cu: dk = scale * (sum of the split parts' dK partials), dv = the sum of
-// theirs, in the dtype (a split call: bl_bwd_head_split).
+// theirs, in the dtype (a split call: bl_bwd_head_split). totals (NULL: none) and rule: the
+// parts the main kernels used (bl_bwd_split_parts); the partials keep split's layout.
 bl_status bl_bwd_dkv_reduce_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale, int split,
-                                   bl_tensor dk, bl_tensor dv, const bl_bwd_workspace *ws,
-                                   cudaStream_t stream);
+                                   const bl_bwd_split_rule &rule,
+                                   const unsigned long long *totals, bl_tensor dk, bl_tensor dv,
+                                   const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.
 //   WGMMA: the shipped kernels (head dim 64: bwd_ws64_sm90.cuh; 128: bwd_ws128_sm90.cuh; where

@@ -82,6 +82,9 @@ struct bwd_params {
     // (2, head_split, B, Sk, Hk, D). 1 / NULL elsewhere. Last, for the reason dq_writers gives.
     int head_split;
     float *dkv_part;
+    // How many of the head_split parts a masked call uses (bl_bwd_split_parts with totals; its
+    // records and partials keep head_split's layout). Last, for the reason dq_writers gives.
+    bl_bwd_split_rule split_rule;
 };
 // A diagonal no entry reaches: every cut of the causal walk falls below every element (room and
 // cut stay 32-bit: Sq < 2^29 wherever it is used).

@@ -79,11 +79,17 @@ static size_t ws_take(size_t *offset, size_t bytes) {
 // the SMs (more rounds balance themselves).
 static constexpr double SPLIT_PART_COST_D128 = 0.012, SPLIT_PART_COST_D64 = 0.035;
 enum { SPLIT_MAX = 8, SPLIT_MIN_ROUNDS = 4 };
+// The causal makespan without the parts' cost, and that cost.
+static double split_balance_causal(int64_t cols, int sms, int parts) {
+    const double longest = 1.0 / parts, balanced = (double)cols / (2.0 * sms) + 0.5 / parts;
+    return longest > balanced ? longest : balanced;
+}
+static double split_part_cost(int64_t cols, int sms, int parts, double part_cost) {
+    return part_cost * parts * (double)cols / sms;
+}
 static double split_makespan(int64_t cols, int sms, bool causal, int parts, double part_cost) {
-    const double p = parts;
-    if (!causal) return (double)((cols * parts + sms - 1) / sms) / p;
-    const double longest = 1.0 / p, balanced = (double)cols / (2.0 * sms) + 0.5 / p;
-    return (longest > balanced ? longest : balanced) + part_cost * p * (double)cols / sms;
+    if (!causal) return (double)((cols * parts + sms - 1) / sms) / parts;
+    return split_balance_causal(cols, sms, parts) + split_part_cost(cols, sms, parts, part_cost);
 }
 
 static int g_head_split_cap = SPLIT_MAX;
@@ -105,6 +111,43 @@ int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
         if (cost < best_cost) best = parts, best_cost = cost;
     }
     return best;
+}
+
+// The device's part count for masked causal calls at head dim 128 (bl_bwd_split_parts): the
+// rule above with the balance term scaled by the kept share f and the parts' cost not, as that
+// cost is fixed time (column starts and ends, the dK / dV partials written and summed: 256 KB a
+// column and part whatever the column's length). It was measured on columns of G x Tm =
+// SPLIT_COST_REF_ENTRIES entries (8 query heads x 256 row tiles); in units of a longer column it
+// is that much smaller, and no larger in units of a shorter one (the dense pick stays the
+// host's). 2 x 16k x 8 q x 1 kv x 128 causal (256 columns, P = 4): 4 / 2 / 2 / 1 / 1 parts at
+// 50 / 25 / 10 / 3 / 0.8 % kept (bench/results/bwd-s77-split-device.txt).
+static constexpr double SPLIT_COST_REF_ENTRIES = 2048.0;
+bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
+                                 bl_bwd_split_rule *rule) {
+    *rule = bl_bwd_split_rule{};
+    rule->levels = 1;
+    BL_TRY(bl_bwd_schedule_window(causal, &rule->window));
+    if (!causal || dm.head_dim != 128 || split < 2) return BL_OK;
+    int sms = 0;
+    BL_TRY(bl_sm_count(&sms));
+    const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
+    // Calls of fewer columns than SMs keep P: there each halving cost more balance than the
+    // rule's makespan says (1 x 16k x 32 q x 1 kv x 128 causal, 128 columns, P = 8: 4 parts at
+    // 10 % kept 1398 us against 1351, 2 at 3 % 740 against 708; only at 0.8 % did 1 part win,
+    // 465 against 510; bench/results/bwd-s77-split-device.txt).
+    if (cols < sms) return BL_OK;
+    const double entries = (double)(dm.group * dm.tiles_m);
+    const double scale = entries > SPLIT_COST_REF_ENTRIES ? SPLIT_COST_REF_ENTRIES / entries : 1.0;
+    for (int k = 0; k < BL_BWD_SPLIT_LEVELS && (split >> k) >= 1; ++k) {
+        const int parts = split >> k;
+        rule->balance[k] = (unsigned long long)(split_balance_causal(cols, sms, parts) *
+                                                    BL_BWD_SPLIT_FIXED_ONE + 0.5);
+        rule->part_cost[k] = (unsigned long long)(split_part_cost(cols, sms, parts,
+                                                                  SPLIT_PART_COST_D128) *
+                                                      scale * BL_BWD_SPLIT_FIXED_ONE + 0.5);
+        rule->levels = k + 1;
+    }
+    return BL_OK;
 }
 
 size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspace *ws) {
@@ -507,7 +550,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
 // thread (PP_VEC elements), its P partial pairs read as float4s.
 template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_dkv_reduce_kernel(bl_bwd_dims dm, float scale, int split, const float *__restrict__ part,
+bl_bwd_dkv_reduce_kernel(bl_bwd_dims dm, float scale, int split, bl_bwd_split_rule rule,
+                         const unsigned long long *__restrict__ totals, const float *__restrict__ part,
                          uint16_t *__restrict__ dk, int64_t k_sb, int64_t k_ss, int64_t k_sh,
                          uint16_t *__restrict__ dv, int64_t v_sb, int64_t v_ss, int64_t v_sh) {
     const int64_t vecs_per_row = dm.head_dim / PP_VEC;
@@ -524,7 +568,8 @@ bl_bwd_dkv_reduce_kernel(bl_bwd_dims dm, float scale, int split, const float *__
     const float4 *src =
         reinterpret_cast<const float4 *>(part + (int64_t)x * split * part_stride + row * dm.head_dim + c);
     float acc[PP_VEC] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int j = 0; j < split; ++j) {
+    const int parts = bl_bwd_split_parts(split, rule, totals);  // the main kernels' (same inputs)
+    for (int j = 0; j < parts; ++j) {
         const float4 lo = src[j * part_stride / 4], hi = src[j * part_stride / 4 + 1];
         acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
         acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
@@ -539,15 +584,16 @@ bl_bwd_dkv_reduce_kernel(bl_bwd_dims dm, float scale, int split, const float *__
 }
 
 bl_status bl_bwd_dkv_reduce_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale, int split,
-                                   bl_tensor dk, bl_tensor dv, const bl_bwd_workspace *ws,
-                                   cudaStream_t stream) {
+                                   const bl_bwd_split_rule &rule,
+                                   const unsigned long long *totals, bl_tensor dk, bl_tensor dv,
+                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
     if (ws->dkv_part == NULL)
         return bl_set_error(BL_ERR_INTERNAL, "dK / dV split %d without partials", split);
     const int64_t items = 2 * dm.batch * dm.seqlen_k * dm.heads_k * (dm.head_dim / PP_VEC);
     const unsigned blocks = (unsigned)((items + PP_THREADS - 1) / PP_THREADS);
     auto kernel = dtype == BL_DTYPE_BF16 ? bl_bwd_dkv_reduce_kernel<__nv_bfloat16>
                                          : bl_bwd_dkv_reduce_kernel<__half>;
-    kernel<<<blocks, PP_THREADS, 0, stream>>>(dm, scale, split, ws->dkv_part,
+    kernel<<<blocks, PP_THREADS, 0, stream>>>(dm, scale, split, rule, totals, ws->dkv_part,
                                               (uint16_t *)dk.data, dk.stride_b, dk.stride_s,
                                               dk.stride_h, (uint16_t *)dv.data, dv.stride_b,
                                               dv.stride_s, dv.stride_h);

@@ -150,18 +150,26 @@ __device__ __forceinline__ void ws_init_bars(uint32_t bars, int dq_buffers) {
     fence_mbarrier_init();
 }
 
-// The producer's draw of the CTA's k-th column: its schedule position (num_cols: past the end),
-// whose record goes by TMA into slot k & 1 once column k-2's has been read (ws_take_column).
-__device__ __forceinline__ int64_t ws_draw_column(const bwd_params &p, uint32_t bars, int k,
-                                                  int64_t num_cols) {
+// The producer's draw of the CTA's k-th column: the schedule record of its position (-1: past
+// the end, whose end record still goes to the consumers), which goes by TMA into slot k & 1 once
+// column k-2's has been read (ws_take_column). SPLIT: positions are (column, part) pairs of the
+// parts the call uses (bl_bwd_split_parts, worked out here at each draw rather than held in a
+// register through the kernel: the SPLIT forms spill less), mapped onto head_split's records.
+template <bool SPLIT>
+__device__ __forceinline__ int64_t ws_draw_column(const bwd_params &p, uint32_t bars, int k) {
+    const int64_t cols = p.dm.batch * p.dm.heads_k * p.dm.tiles_n;
+    const int split = SPLIT ? p.head_split : 1;
+    const int parts = SPLIT ? bl_bwd_split_parts(split, p.split_rule, p.totals) : 1;
     const int slot = k & 1;
     mbarrier_wait(bars + ws_bars::COLEMPTY + 8 * slot, ((uint32_t)(k >> 1) & 1u) ^ 1u);
-    int64_t pos = k == 0 ? (int64_t)blockIdx.x : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
-    pos = pos < num_cols ? pos : num_cols;  // the end record
+    const int64_t pos =
+        k == 0 ? (int64_t)blockIdx.x : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
+    const bool end = pos >= cols * parts;
+    const int64_t rec = end ? cols * split : bl_bwd_split_record(pos, parts, split, p.split_rule.window);
     mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
-    bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + pos, sizeof(int4),
+    bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + rec, sizeof(int4),
               bars + ws_bars::COLFULL + 8 * slot);
-    return pos;
+    return end ? -1 : rec;
 }
 
 // The reducer's TMA stores of a column's dK (x = 0) or dV (x = 1), staged at src by
@@ -238,9 +246,9 @@ __device__ __forceinline__ int ws_list_lower_bound(const int *list, int count, i
     }
     return lo;
 }
-__device__ __forceinline__ void ws_part_run(const bwd_params &p, int part, const int *&list,
-                                            int &count) {
-    const int span = (int)p.dm.group / p.head_split * (int)p.dm.tiles_m;  // codes per part
+__device__ __forceinline__ void ws_part_run(const bwd_params &p, int part, int parts,
+                                            const int *&list, int &count) {
+    const int span = (int)p.dm.group / parts * (int)p.dm.tiles_m;  // codes per part
     const int a = ws_list_lower_bound(list, count, part * span);
     const int z = ws_list_lower_bound(list, count, (part + 1) * span);
     list += a;
@@ -248,7 +256,8 @@ __device__ __forceinline__ void ws_part_run(const bwd_params &p, int part, const
 }
 __device__ __forceinline__ void ws_part_range(const bwd_params &p, ws_column &cl) {
     if (cl.count < 0) return;  // past the schedule's end
-    ws_part_run(p, cl.part, cl.list, cl.count);
+    ws_part_run(p, cl.part, bl_bwd_split_parts(p.head_split, p.split_rule, p.totals), cl.list,
+                cl.count);
 }
 
 // The column's epilogue goes through the dQ staging ring: dK (times scale) and dV of the column's
@@ -411,8 +420,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     // Persistent (ws_column): the mbarrier rings run on over column boundaries (gi / gj count
     // the CTA's entries so far), so the producer loads a column's first row tiles while the
     // consumers finish the last one.
-    // SPLIT: schedule positions are (column, part) pairs
-    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n * (SPLIT ? p.head_split : 1);
     const int tiles_m = (int)dm.tiles_m;
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
     volatile int *s_dq_flags = reinterpret_cast<volatile int *>(smem_base + L::BARS + WS_DQ_FLAGS);
@@ -432,9 +439,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             int gi = 0, kc = 0;
             for (int k = 0;; ++k) {
                 BL_TLCOL(true, 1, 0, 0);
-                const int64_t pos = ws_draw_column(p, bars, k, num_cols);
-                if (pos == num_cols) break;
-                ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                const int64_t rec = ws_draw_column<SPLIT>(p, bars, k);
+                if (rec < 0) break;
+                ws_column cl = ws_decode(p, p.sched_rec[rec]);
                 if constexpr (SPLIT) ws_part_range(p, cl);
                 BL_TLCOL(true, 1, 1, 0);
                 // DIRECT: each entry's flag (WS_DQ_FLAGS), from its row tile's entry count

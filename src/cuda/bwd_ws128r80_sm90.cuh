@@ -373,7 +373,7 @@ __device__ __forceinline__ void r80_split_column(const bwd_params &p, ws_column 
     if constexpr (PACKED) ws_part_range(p, cl);
     if constexpr (ALIGNED) {
         const int *list = r80_list(p, cl);
-        const int hpp = (int)p.dm.group / p.head_split;
+        const int hpp = (int)p.dm.group / bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
         const int a = ws_list_lower_bound(list, cl.count80, (cl.part * hpp) << BL_R80_ENTRY_HL_SHIFT);
         const int z =
             ws_list_lower_bound(list, cl.count80, ((cl.part + 1) * hpp) << BL_R80_ENTRY_HL_SHIFT);
@@ -453,10 +453,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     int *s_entry = reinterpret_cast<int *>(smem_base + L::ENTRY);  // [4]: r80_smem::ENTRY
 
     const bl_bwd_dims &dm = p.dm;
-    // SPLIT: schedule positions are (column, part) pairs, each part's heads R80_HPP from
-    // part * R80_HPP (a macro: a variable moved the non-causal dense walk's SASS)
-    const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n * (SPLIT ? p.head_split : 1);
-#define R80_HPP (SPLIT ? (int)dm.group / p.head_split : (int)dm.group)
+    // SPLIT: schedule positions are (column, part) pairs of the parts the call uses
+    // (ws_draw_column), each part's heads R80_HPP from part * R80_HPP (a macro: a variable moved
+    // the non-causal dense walk's SASS, and one held through the kernel spilled more)
+#define R80_HPP \
+    (SPLIT ? (int)dm.group / bl_bwd_split_parts(p.head_split, p.split_rule, p.totals) \
+           : (int)dm.group)
     const int tiles_m = (int)dm.tiles_m80;
     const int4 *col_slots = reinterpret_cast<const int4 *>(smem_base + L::BARS + ws_bars::COLS);
 
@@ -477,9 +479,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
             int gi = 0, kc = 0;
             for (int k = 0;; ++k) {
                 BL_TLCOL(true, 1, 0, 0);
-                const int64_t pos = ws_draw_column(p, bars, k, num_cols);
-                if (pos == num_cols) break;
-                ws_column cl = ws_decode(p, p.sched_rec[pos]);
+                const int64_t rec = ws_draw_column<SPLIT>(p, bars, k);
+                if (rec < 0) break;
+                ws_column cl = ws_decode(p, p.sched_rec[rec]);
                 if constexpr (SPLIT) r80_split_column<aligned, packed>(p, cl);
                 BL_TLCOL(true, 1, 1, 0);
                 // The column's K / V into L2 now, one to two entries before the last column's

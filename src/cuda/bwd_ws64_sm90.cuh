@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     const int64_t col = col32, n = col32 - bg * tn, g = bg - b32 * hk, b = b32;
     int count = rec.y;
     const int *list = p.lists + col * (dm.group * dm.tiles_m);
-    if constexpr (SPLIT) ws_part_run(p, rec.w, list, count);
+    if constexpr (SPLIT) ws_part_run(p, rec.w, p.head_split, list, count);
     const int pairs = (count + 1) / 2;
 
     BL_TL64(threadIdx.x == 0, 0);

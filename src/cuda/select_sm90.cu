@@ -806,6 +806,17 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     return BL_OK;
 }
 
+// Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM, dynamic walk):
+// two for non-causal calls, four for causal ones (bench/results/bwd-s11-noncausal-dynamic.txt:
+// four cost 1.3 % at 16k x 16 dense non-causal).
+bl_status bl_bwd_schedule_window(bool causal, int *window) {
+    int sms = 0;
+    BL_TRY(bl_sm_count(&sms));
+    const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
+    *window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
+    return BL_OK;
+}
+
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
@@ -815,13 +826,8 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                 ws->schedule, ws->sched_rec, ws->sched_next));
         return BL_OK;
     }
-    // Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM, dynamic
-    // walk): two for non-causal calls, four for causal ones (bench/results/
-    // bwd-s11-noncausal-dynamic.txt: four cost 1.3 % at 16k x 16 dense non-causal).
-    int sms = 0;
-    BL_TRY(bl_sm_count(&sms));
-    const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
-    const int window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
+    int window = 0;
+    BL_TRY(bl_bwd_schedule_window(causal != 0, &window));
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
     BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_window_kernel, dim3((unsigned)(windows * parts)),

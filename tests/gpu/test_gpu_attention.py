@@ -186,6 +186,21 @@ def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads
         generator=gen)
 
 
+@pytest.mark.parametrize("keep", [0.2, 0.03])
+def test_gpu_masked_backward_fewer_split_parts(keep):
+    """A masked causal head-dim-128 call of at least a column per SM uses fewer of its head
+    split's parts where it keeps little (bl_bwd_split_parts, from the entry totals on the
+    device): 3 x 4096 x 16 q heads x 2 kv heads (192 columns) splits 4 ways dense and, by the
+    rule, 2 / 1 ways at 20 / 3 % kept -- records of the unused parts are skipped in the draw,
+    each used part takes 8 / parts heads, and the dK / dV reduction sums only the used partials
+    (the others may hold what the earlier full-mask call left there)."""
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    q, k, v = random_qkv(3, 4096, 4096, 16, 2, 128, torch.bfloat16, DEV)
+    # an earlier call that uses all 4 parts leaves its partials in the workspace's pool
+    check_random_mask_backward(q, k, v, True, 1.0, generator=gen)
+    check_random_mask_backward(q, k, v, True, keep, generator=gen)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
