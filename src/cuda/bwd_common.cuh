@@ -238,7 +238,8 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);
 // The device's choice among split, split / 2, ... (bl_bwd_split_parts) for a call of head split
 // `split`: candidates where the call is causal at head dim 128 (whose masked calls carry the
-// totals), P alone elsewhere. bwd_prepost_sm90.cu.
+// totals) with columns of at most 2048 entries and more than half a column per SM (where it was
+// measured to win), P alone elsewhere. bwd_prepost_sm90.cu.
 bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule);
 // Dev only (dev/cuda/attn_bwd.cu): the most parts bl_bwd_head_split may choose (1: no split), so

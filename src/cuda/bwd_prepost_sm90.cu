@@ -115,36 +115,37 @@ int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
 
 // The device's part count for masked causal calls at head dim 128 (bl_bwd_split_parts): the
 // rule above with the balance term scaled by the kept share f and the parts' cost not, as that
-// cost is fixed time (column starts and ends, the dK / dV partials written and summed: 256 KB a
-// column and part whatever the column's length). It was measured on columns of G x Tm =
-// SPLIT_COST_REF_ENTRIES entries (8 query heads x 256 row tiles); in units of a longer column it
-// is that much smaller, and no larger in units of a shorter one (the dense pick stays the
-// host's). 2 x 16k x 8 q x 1 kv x 128 causal (256 columns, P = 4): 4 / 2 / 2 / 1 / 1 parts at
-// 50 / 25 / 10 / 3 / 0.8 % kept (bench/results/bwd-s77-split-device.txt).
-static constexpr double SPLIT_COST_REF_ENTRIES = 2048.0;
+// cost is fixed time (column starts and ends, the dK / dV partials written and summed). Only
+// where it was measured to win (bench/results/bwd-s77-split-device.txt, spans against P
+// throughout): columns of at most SPLIT_RULE_MAX_ENTRIES entries (G x Tm), more than half a
+// column per SM. 2 x 16k x 8 q x 1 kv (256 columns of 2048 entries, P = 4): -14 / -33 / -18 /
+// -54 us at 25 / 10 / 3 / 0.8 % kept (2 / 2 / 1 / 1 parts); 1 x 16k x 8 q x 1 kv (128 of 2048,
+// P = 8): -34 / -45 / -57 / -18 / -52 us at 50 / 25 / 10 / 3 / 0.8 %; 2 x 8448 x 8 q x 1 kv
+// (132 of 1056, P = 8): -35 / -46 / -67 / -46 us at 50 / 25 / 10 / 3 %. Outside, fewer parts
+// lost where the rule took them, by more balance than its makespan holds: 1 x 8k x 16 q x 1 kv
+// (64 columns of 2048) 4 parts at 25 % +29 us; 1 x 32k x 16 q x 1 kv (256 of 8192) 2 at 3 %
+// +30 us; 1 x 16k x 32 q x 1 kv (128 of 8192) 4 at 10 % +47 us, 2 at 3 % +31 us -- only 1 part
+// at 0.8 % won there (-20 / -45 / -45 us), which these calls forgo.
+enum { SPLIT_RULE_MAX_ENTRIES = 2048 };
 bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule) {
     *rule = bl_bwd_split_rule{};
     rule->levels = 1;
     BL_TRY(bl_bwd_schedule_window(causal, &rule->window));
-    if (!causal || dm.head_dim != 128 || split < 2) return BL_OK;
+    if (!causal || dm.head_dim != 128 || split < 2 ||
+        dm.group * dm.tiles_m > SPLIT_RULE_MAX_ENTRIES)
+        return BL_OK;
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
-    // Calls of fewer columns than SMs keep P: there each halving cost more balance than the
-    // rule's makespan says (1 x 16k x 32 q x 1 kv x 128 causal, 128 columns, P = 8: 4 parts at
-    // 10 % kept 1398 us against 1351, 2 at 3 % 740 against 708; only at 0.8 % did 1 part win,
-    // 465 against 510; bench/results/bwd-s77-split-device.txt).
-    if (cols < sms) return BL_OK;
-    const double entries = (double)(dm.group * dm.tiles_m);
-    const double scale = entries > SPLIT_COST_REF_ENTRIES ? SPLIT_COST_REF_ENTRIES / entries : 1.0;
+    if (2 * cols <= sms) return BL_OK;
     for (int k = 0; k < BL_BWD_SPLIT_LEVELS && (split >> k) >= 1; ++k) {
         const int parts = split >> k;
         rule->balance[k] = (unsigned long long)(split_balance_causal(cols, sms, parts) *
                                                     BL_BWD_SPLIT_FIXED_ONE + 0.5);
         rule->part_cost[k] = (unsigned long long)(split_part_cost(cols, sms, parts,
                                                                   SPLIT_PART_COST_D128) *
-                                                      scale * BL_BWD_SPLIT_FIXED_ONE + 0.5);
+                                                      BL_BWD_SPLIT_FIXED_ONE + 0.5);
         rule->levels = k + 1;
     }
     return BL_OK;

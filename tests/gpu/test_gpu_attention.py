@@ -188,9 +188,10 @@ def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads
 
 @pytest.mark.parametrize("keep", [0.2, 0.03])
 def test_gpu_masked_backward_fewer_split_parts(keep):
-    """A masked causal head-dim-128 call of at least a column per SM uses fewer of its head
-    split's parts where it keeps little (bl_bwd_split_parts, from the entry totals on the
-    device): 3 x 4096 x 16 q heads x 2 kv heads (192 columns) splits 4 ways dense and, by the
+    """A masked causal head-dim-128 call of short columns (<= 2048 entries) and more than half a
+    column per SM uses fewer of its head split's parts where it keeps little (bl_bwd_split_parts,
+    from the entry totals on the device): 3 x 4096 x 16 q heads x 2 kv heads (192 columns of 512
+    entries) splits 4 ways dense and, by the
     rule, 2 / 1 ways at 20 / 3 % kept -- records of the unused parts are skipped in the draw,
     each used part takes 8 / parts heads, and the dK / dV reduction sums only the used partials
     (the others may hold what the earlier full-mask call left there)."""
