@@ -552,7 +552,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
 template <typename T>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_dkv_reduce_kernel(bl_bwd_dims dm, float scale, int split, bl_bwd_split_rule rule,
-                         const unsigned long long *__restrict__ totals, const float *__restrict__ part,
+                         const unsigned long long *__restrict__ totals,
+                         const float *__restrict__ part,
                          uint16_t *__restrict__ dk, int64_t k_sb, int64_t k_ss, int64_t k_sh,
                          uint16_t *__restrict__ dv, int64_t v_sb, int64_t v_ss, int64_t v_sh) {
     const int64_t vecs_per_row = dm.head_dim / PP_VEC;

@@ -165,7 +165,8 @@ __device__ __forceinline__ int64_t ws_draw_column(const bwd_params &p, uint32_t 
     const int64_t pos =
         k == 0 ? (int64_t)blockIdx.x : (int64_t)gridDim.x + atomicAdd(p.sched_next, 1);
     const bool end = pos >= cols * parts;
-    const int64_t rec = end ? cols * split : bl_bwd_split_record(pos, parts, split, p.split_rule.window);
+    const int64_t rec =
+        end ? cols * split : bl_bwd_split_record(pos, parts, split, p.split_rule.window);
     mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
     bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + rec, sizeof(int4),
               bars + ws_bars::COLFULL + 8 * slot);
