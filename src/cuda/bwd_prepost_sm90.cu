@@ -132,6 +132,21 @@ bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
     *rule = bl_bwd_split_rule{};
     rule->levels = 1;
     BL_TRY(bl_bwd_schedule_window(causal, &rule->window));
+#ifdef BL_BWD_SPLIT_FORCE_LEVEL
+    // Dev builds only, for sweeps of the parts a masked call uses (bench/notes-bwd.md, the
+    // seventy-third session's Next): every masked causal head-dim-128 split call uses
+    // split >> BL_BWD_SPLIT_FORCE_LEVEL parts (at least 1), whatever its totals and the gates
+    // below; balance 0 and part cost 0 at that level only, so it is the cheapest.
+    static_assert(BL_BWD_SPLIT_FORCE_LEVEL >= 0 && BL_BWD_SPLIT_FORCE_LEVEL < BL_BWD_SPLIT_LEVELS,
+                  "BL_BWD_SPLIT_FORCE_LEVEL: 0 .. BL_BWD_SPLIT_LEVELS - 1");
+    if (causal && dm.head_dim == 128 && split >= 2) {
+        int k = BL_BWD_SPLIT_FORCE_LEVEL;
+        while (k > 0 && (split >> k) < 1) --k;
+        for (int j = 0; j <= k; ++j) rule->part_cost[j] = j == k ? 0 : 1;
+        rule->levels = k + 1;
+        return BL_OK;
+    }
+#endif
     if (!causal || dm.head_dim != 128 || split < 2 ||
         dm.group * dm.tiles_m > SPLIT_RULE_MAX_ENTRIES)
         return BL_OK;
