@@ -183,18 +183,18 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
 // the dense call before the lists exist; a masked call's work is its kept share f of that, while
 // what each part costs (its column starts and ends, its blocks in the dK / dV reduction) is not:
 // at low keeps fewer parts win (2 x 16k x 8 q x 1 kv x 128 causal: at 25 / 10 / 3 / 0.8 % kept
-// P = 2, 2, 1-2, 1 against the dense call's 4; bench/results/bwd-s75-split-parts.txt). The host
-// prices each candidate P >> k once (bl_bwd_split_rule_make: the host rule's balance term, to be
-// scaled by f, and its part cost); the kernels and the dK / dV reduction then take the cheapest
+// P = 2, 2, 2, 1 against the dense call's 4; bench/results/bwd-s78-split-sweep.txt). The host
+// prices each candidate P >> k once (bl_bwd_split_rule_make: a fitted cost in microseconds, a
+// kept-share term and a fixed one); the kernels and the dK / dV reduction then take the cheapest
 // from the call's totals (f = kept / (kept + dropped) pairs), all the same one: integer
 // arithmetic on the same inputs. Records of parts >= the choice are never drawn
 // (bl_bwd_split_record); partials of those parts are never read.
-enum { BL_BWD_SPLIT_LEVELS = 4, BL_BWD_SPLIT_FIXED_ONE = 1 << 20 };
+enum { BL_BWD_SPLIT_LEVELS = 4, BL_BWD_SPLIT_FIXED_ONE = 1 << 8 };
 struct bl_bwd_split_rule {
     int levels;  // candidates P >> k for k < levels; 1: P whatever the totals
     int window;  // schedule window in columns (the records' part-major runs: sched_split_order)
-    // per candidate, in units of one dense column's time / BL_BWD_SPLIT_FIXED_ONE: the makespan
-    // of a full mask (scaled by f) and the fixed cost of its parts
+    // per candidate, in microseconds x BL_BWD_SPLIT_FIXED_ONE: the main kernel's time for a full
+    // mask (to be scaled by f) and the fixed cost of its parts
     unsigned long long balance[BL_BWD_SPLIT_LEVELS], part_cost[BL_BWD_SPLIT_LEVELS];
 };
 // The parts a call of head split `split` uses (totals: bl_bwd_workspace::totals, NULL on calls
@@ -238,8 +238,8 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);
 // The device's choice among split, split / 2, ... (bl_bwd_split_parts) for a call of head split
 // `split`: candidates where the call is causal at head dim 128 (whose masked calls carry the
-// totals) with columns of at most 2048 entries and more than half a column per SM (where it was
-// measured to win), P alone elsewhere. bwd_prepost_sm90.cu.
+// totals) with at most two columns per SM (the swept range), P alone elsewhere.
+// bwd_prepost_sm90.cu.
 bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule);
 // Dev only (dev/cuda/attn_bwd.cu): the most parts bl_bwd_head_split may choose (1: no split), so

@@ -113,20 +113,29 @@ int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
     return best;
 }
 
-// The device's part count for masked causal calls at head dim 128 (bl_bwd_split_parts): the
-// rule above with the balance term scaled by the kept share f and the parts' cost not, as that
-// cost is fixed time (column starts and ends, the dK / dV partials written and summed). Only
-// where it was measured to win (bench/results/bwd-s77-split-device.txt, spans against P
-// throughout): columns of at most SPLIT_RULE_MAX_ENTRIES entries (G x Tm), more than half a
-// column per SM. 2 x 16k x 8 q x 1 kv (256 columns of 2048 entries, P = 4): -14 / -33 / -18 /
-// -54 us at 25 / 10 / 3 / 0.8 % kept (2 / 2 / 1 / 1 parts); 1 x 16k x 8 q x 1 kv (128 of 2048,
-// P = 8): -34 / -45 / -57 / -18 / -52 us at 50 / 25 / 10 / 3 / 0.8 %; 2 x 8448 x 8 q x 1 kv
-// (132 of 1056, P = 8): -35 / -46 / -67 / -46 us at 50 / 25 / 10 / 3 %. Outside, fewer parts
-// lost where the rule took them, by more balance than its makespan holds: 1 x 8k x 16 q x 1 kv
-// (64 columns of 2048) 4 parts at 25 % +29 us; 1 x 32k x 16 q x 1 kv (256 of 8192) 2 at 3 %
-// +30 us; 1 x 16k x 32 q x 1 kv (128 of 8192) 4 at 10 % +47 us, 2 at 3 % +31 us -- only 1 part
-// at 0.8 % won there (-20 / -45 / -45 us), which these calls forgo.
-enum { SPLIT_RULE_MAX_ENTRIES = 2048 };
+// The device's part count for masked causal calls at head dim 128 (bl_bwd_split_parts), a cost
+// in microseconds fitted to a sweep of every part count P >> k at 5 keeps on 9 shapes (columns C
+// = 64..256 of E = G x Tm = 1024..8192 entries; bench/results/bwd-s78-split-sweep.txt):
+//   f x SPLIT_FIT_ENTRY_US x E x balance(C, p) x (1 + SPLIT_FIT_HEAD_COST x p / G)
+//     + SPLIT_FIT_PART_US x C x p
+// - balance: the makespan of a full causal mask in units of one column, the longest part (1 / p)
+//   or the average load plus a tail of SPLIT_FIT_TAIL of the largest part -- shorter than the
+//   host rule's half part: the heaviest-first draw fills the last round with the short parts
+//   of the causal columns' tail;
+// - the head term: a part's entries cost more where it holds few query heads (at 50 % kept the
+//   best p left G / p = 4 heads a part on 4 of the 5 shapes with C = 128);
+// - the part cost: each column and part is one more column start and end and one more dK / dV
+//   partial written and summed (the reduction alone ~0.035 us a block at C = 128), absolute
+//   time, not a share of a column: the rule of the seventy-third session priced it in columns and
+//   so overpriced the parts of long columns (it lost up to 47 us there and was gated to E <=
+//   2048).
+// On the sweep's 45 rows (one round each) it misses the fastest p on 12, by 16 us on average and
+// 35 at most, 187 us in all; the gated rule missed on 23 (663 us in all, 65 at most), the host's
+// P on 30 (1300 us). Where the columns are more than two rounds of the SMs the host's P stands
+// (not swept).
+static constexpr double SPLIT_FIT_ENTRY_US = 1.93, SPLIT_FIT_TAIL = 0.4, SPLIT_FIT_HEAD_COST = 0.2,
+                        SPLIT_FIT_PART_US = 0.08;
+enum { SPLIT_RULE_MAX_ROUNDS = 2 };
 bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule) {
     *rule = bl_bwd_split_rule{};
@@ -147,19 +156,24 @@ bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
         return BL_OK;
     }
 #endif
-    if (!causal || dm.head_dim != 128 || split < 2 ||
-        dm.group * dm.tiles_m > SPLIT_RULE_MAX_ENTRIES)
-        return BL_OK;
+    if (!causal || dm.head_dim != 128 || split < 2) return BL_OK;
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
-    if (2 * cols <= sms) return BL_OK;
+    if (cols > (int64_t)SPLIT_RULE_MAX_ROUNDS * sms) return BL_OK;
+    // A column's time at the dense per-entry rate, us. The products on the device stay in 64
+    // bits: kept <= cols x E < 2^9 x 2^21 entries (G x Tm < 2^21 where the lists fit), each
+    // term < 2^8 x 2 x 1.93 x 2^21 x 2.6.
+    const double column_us = SPLIT_FIT_ENTRY_US * (double)(dm.group * dm.tiles_m);
     for (int k = 0; k < BL_BWD_SPLIT_LEVELS && (split >> k) >= 1; ++k) {
         const int parts = split >> k;
-        rule->balance[k] = (unsigned long long)(split_balance_causal(cols, sms, parts) *
-                                                    BL_BWD_SPLIT_FIXED_ONE + 0.5);
-        rule->part_cost[k] = (unsigned long long)(split_part_cost(cols, sms, parts,
-                                                                  SPLIT_PART_COST_D128) *
+        const double longest = 1.0 / parts,
+                     average = (double)cols / (2.0 * sms) + SPLIT_FIT_TAIL / parts;
+        const double balance = (longest > average ? longest : average) *
+                               (1.0 + SPLIT_FIT_HEAD_COST * parts / (double)dm.group);
+        rule->balance[k] =
+            (unsigned long long)(column_us * balance * BL_BWD_SPLIT_FIXED_ONE + 0.5);
+        rule->part_cost[k] = (unsigned long long)(SPLIT_FIT_PART_US * (double)(cols * parts) *
                                                       BL_BWD_SPLIT_FIXED_ONE + 0.5);
         rule->levels = k + 1;
     }

@@ -397,13 +397,23 @@ extern "C" bl_status bl_cuda_select_tiles(const bl_attn_desc *d, const float *ti
 
 // ---- lists: one unit per (b, kv head g, run of up to LIST_COLS_MAX key tiles) ----
 
-enum { LIST_THREADS = 256, LIST_WARPS = LIST_THREADS / 32, LIST_CTAS_PER_SM = 1 };
+// Threads per lists CTA: LIST_THREADS, or LIST_THREADS_FEW where the units are fewer than the SMs
+// (few kv heads: B x Hk x 16 runs < SMs). Both phases of a unit are latency-bound loops per warp
+// (~3.4 us a phase-1 round of mask loads beside the preprocess, ~0.13 us a word and column in
+// phase 2: fitted to the seventy-fourth session's sweep, bench/results/bwd-s78-split-sweep.txt),
+// so a unit's time falls with its warps: 1 x 16k x 32 q x 1 kv took 170 us in 16 CTAs of 256
+// threads, 1 x 32k x 16 q x 1 kv 230 us, against a preprocess of ~140 beside them. Where the
+// units fill the SMs the small CTAs stay: each holds thread slots the preprocess's latency-bound
+// loads would use.
+enum { LIST_THREADS = 256, LIST_THREADS_FEW = 1024, LIST_CTAS_PER_SM = 1 };
 // Key tiles per CTA where the column bitmaps allow: 16 fills one wave at 16k x 16 heads; at most
 // 32, one per lane of the ballot transpose.
 constexpr int LIST_COLS = 16, LIST_COLS_MAX = 32;
 static_assert(LIST_COLS <= LIST_COLS_MAX, "a key tile per lane in the ballot transpose");
-// Dynamic shared memory the column bitmaps may take without an opt-in attribute.
-enum { LIST_BITS_MAX_BYTES = 48 * 1024 };
+// Dynamic shared memory the column bitmaps may take: 48 KB (no opt-in attribute) less the phase-2
+// teams' counts (list_unit: two ints per warp).
+enum { LIST_TEAM_BYTES = 2 * (LIST_THREADS_FEW / 32) * (int)sizeof(int),
+       LIST_BITS_MAX_BYTES = 48 * 1024 - LIST_TEAM_BYTES };
 // bl_bwd_lists_launch refuses calls whose G*Tm bits overflow these bytes, so every call with lists
 // has G*Tm < 2^19: a list code's head index (< G) stays below the 2^21 up to which the kernels'
 // float split of the codes is exact (ws_split_code).
@@ -443,6 +453,7 @@ static __device__ __forceinline__ unsigned mask_row_bits(const uint8_t *__restri
 // and 3 / 7 us with a CTA per unit: bench/results/bwd-s24-fixed-costs.txt runs 1-2,
 // dev/cuda/bwd_call_timeline.py. With one CTA per SM it takes ~11 / ~48 us, beside the preprocess
 // and off the call's critical path: bench/results/bwd-s56-small-kernels-beside.txt.)
+template <int THREADS>
 static __device__ __forceinline__ void list_unit(const bl_bwd_dims &dm, int causal,
                                                  const uint8_t *__restrict__ mask,
                                                  int cols_per_cta, int64_t runs, int64_t unit,
@@ -452,6 +463,7 @@ static __device__ __forceinline__ void list_unit(const bl_bwd_dims &dm, int caus
                                                  int *__restrict__ lists80,
                                                  uint8_t *__restrict__ dq_writers,
                                                  unsigned *col_bits) {
+    constexpr int WARPS = THREADS / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t bg = unit / runs;                                       // b * Hk + g
     const int64_t n0 = (unit % runs) * cols_per_cta;
@@ -465,7 +477,7 @@ static __device__ __forceinline__ void list_unit(const bl_bwd_dims &dm, int caus
     const unsigned all = cols == 32 ? 0xffffffffu : (1u << cols) - 1u;
     // (b, g * G, m = 0)'s row: the G * Tm rows of (b, g) follow it
     const uint8_t *rows = mask ? mask + bg * dm.group * dm.tiles_m * dm.tiles_n + n0 : nullptr;
-    for (int k = warp; k < words; k += LIST_WARPS) {
+    for (int k = warp; k < words; k += WARPS) {
         const int e = 32 * k + lane;
         unsigned kept = 0;
         if (e < cap) {
@@ -499,52 +511,88 @@ static __device__ __forceinline__ void list_unit(const bl_bwd_dims &dm, int caus
     }
     __syncthreads();
 
+    // Phase 2: a group of `team` warps per key tile, each compacting one slice of its words (64-
+    // and 80-row entries alike) at the slice's offset: the popcounts of the slices before it,
+    // counted in a first pass where the team has more than one warp (the count80 pass decodes
+    // its entries twice). Teams are a power of two and the rounds the same for every warp, so the
+    // barriers below are reached by all.
     const unsigned below = (1u << lane) - 1u;
-    for (int c = warp; c < cols; c += LIST_WARPS) {
-        const int64_t col = bg * dm.tiles_n + n0 + c;
-        const unsigned *bits = col_bits + c * stride;
-        int *list = lists + col * cap;
-        int count = 0;
-        for (int k = 0; k < words; ++k) {
-            const unsigned w = bits[k];
-            if ((w >> lane) & 1u) list[count + __popc(w & below)] = 32 * k + lane;
-            count += __popc(w);
+    int team = 1;
+    while (2 * team * cols <= WARPS) team *= 2;
+    const int teams = WARPS / team, member = warp % team;
+    const int words80 = lists80 ? (cap80 + 31) / 32 : 0;
+    const int slice = (words + team - 1) / team, slice80 = (words80 + team - 1) / team;
+    const int k0 = member * slice, k1 = min(words, k0 + slice);
+    const int j0 = member * slice80, j1 = min(words80, j0 + slice80);
+    int *team_counts = reinterpret_cast<int *>(col_bits + cols * stride);  // [WARPS][2]
+    // The 80-row entry code of entry e (< cap80), -1 where it keeps no 64-row tile.
+    auto code80 = [&](const unsigned *bits, int e) {
+        if (e >= cap80) return -1;
+        // rows 80 m .. 80 m + 79 overlap 64-row tiles a = 80 m / 64 (< Tm) and a + 1
+        const int hl = e / tm80, m = e - hl * tm80;
+        const int a = m * BL_BWD_TM_DENSE / BL_BWD_TM, x = hl * tm + a;
+        const unsigned lo = (bits[x >> 5] >> (x & 31)) & 1u;
+        const unsigned hi = a + 1 < tm ? (bits[(x + 1) >> 5] >> ((x + 1) & 31)) & 1u : 0u;
+        return (lo | hi) ? (int)((unsigned)hl << BL_R80_ENTRY_HL_SHIFT | (unsigned)m << 2 | lo |
+                                 hi << 1)
+                         : -1;
+    };
+    for (int c0 = 0; c0 < cols; c0 += teams) {
+        const int c = c0 + warp / team;
+        const bool live = c < cols;
+        const unsigned *bits = col_bits + (live ? c : 0) * stride;
+        int count = 0, count80 = 0;  // this slice's offsets in the key tile's lists
+        if (team > 1) {
+            int n = 0, n80 = 0;
+            if (live) {
+                for (int k = k0 + lane; k < k1; k += 32) n += __popc(bits[k]);
+                for (int j = j0; j < j1; ++j)
+                    n80 += __popc(__ballot_sync(0xffffffffu, code80(bits, 32 * j + lane) >= 0));
+            }
+            for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+            if (lane == 0) team_counts[2 * warp] = n, team_counts[2 * warp + 1] = n80;
+            __syncthreads();
+            for (int w = warp - member; w < warp; ++w)
+                count += team_counts[2 * w], count80 += team_counts[2 * w + 1];
         }
-        int count80 = 0;
-        if (lists80) {
-            int *list80 = lists80 + col * cap80;
-            for (int k = 0; k < (cap80 + 31) / 32; ++k) {
-                const int e = 32 * k + lane;
-                int code = -1;
-                if (e < cap80) {
-                    // rows 80 m .. 80 m + 79 overlap 64-row tiles a = 80 m / 64 (< Tm) and a + 1
-                    const int hl = e / tm80, m = e - hl * tm80;
-                    const int a = m * BL_BWD_TM_DENSE / BL_BWD_TM, x = hl * tm + a;
-                    const unsigned lo = (bits[x >> 5] >> (x & 31)) & 1u;
-                    const unsigned hi = a + 1 < tm ? (bits[(x + 1) >> 5] >> ((x + 1) & 31)) & 1u : 0u;
-                    if (lo | hi) code = (int)((unsigned)hl << BL_R80_ENTRY_HL_SHIFT | (unsigned)m << 2 | lo | hi << 1);
+        if (live) {
+            const int64_t col = bg * dm.tiles_n + n0 + c;
+            int *list = lists + col * cap, *list80 = lists80 ? lists80 + col * cap80 : nullptr;
+            for (int k = k0; k < k1; ++k) {
+                const unsigned w = bits[k];
+                if ((w >> lane) & 1u) list[count + __popc(w & below)] = 32 * k + lane;
+                count += __popc(w);
+            }
+            if (lists80) {
+                for (int j = j0; j < j1; ++j) {
+                    const int code = code80(bits, 32 * j + lane);
+                    const unsigned ballot = __ballot_sync(0xffffffffu, code >= 0);
+                    if (code >= 0) list80[count80 + __popc(ballot & below)] = code;
+                    count80 += __popc(ballot);
                 }
-                const unsigned ballot = __ballot_sync(0xffffffffu, code >= 0);
-                if (code >= 0) list80[count80 + __popc(ballot & below)] = code;
-                count80 += __popc(ballot);
             }
-            // A key tile with nothing kept gets one entry that keeps no row (bits 0), so that
-            // the 80-row kernel writes its dK = dV = 0 without a branch around its loop (one
-            // cost it spills: bench/notes-bwd.md, fourteenth session).
-            if (count80 == 0) {
-                if (lane == 0) list80[0] = 0;
-                count80 = 1;
+            // the team's last warp holds the key tile's totals
+            if (member == team - 1) {
+                // A key tile with nothing kept gets one entry that keeps no row (bits 0), so
+                // that the 80-row kernel writes its dK = dV = 0 without a branch around its loop
+                // (one cost it spills: bench/notes-bwd.md, fourteenth session).
+                if (lists80 && count80 == 0) {
+                    if (lane == 0) list80[0] = 0;
+                    count80 = 1;
+                }
+                if (lane == 0) {
+                    counts[col] = count;
+                    if (lists80) counts80[col] = count80;
+                }
             }
         }
-        if (lane == 0) {
-            counts[col] = count;
-            if (lists80) counts80[col] = count80;
-        }
+        if (team > 1) __syncthreads();  // team_counts are read before the next round's
     }
 }
 
 // The kernel: the units grid-stride over its CTAs (bl_bwd_lists_launch sizes the grid).
-__global__ void __launch_bounds__(LIST_THREADS)
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
                    int *__restrict__ lists80, uint8_t *__restrict__ dq_writers,
@@ -561,8 +609,8 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
     const int64_t units = dm.batch * dm.heads_k * runs;
     for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
         if (unit != blockIdx.x) __syncthreads();  // the last unit's col_bits are read
-        list_unit(dm, causal, mask, cols_per_cta, runs, unit, counts, lists, counts80, lists80,
-                  dq_writers, col_bits);
+        list_unit<THREADS>(dm, causal, mask, cols_per_cta, runs, unit, counts, lists, counts80,
+                           lists80, dq_writers, col_bits);
     }
 }
 
@@ -788,7 +836,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             (int)(LIST_BITS_MAX_BYTES / sizeof(unsigned) - 1) * 32);
     // Fewer CTAs than units where the units outnumber LIST_CTAS_PER_SM per SM: the lists kernel
     // runs beside the preprocess, and each of its 256-thread CTAs holds thread slots the
-    // preprocess's latency-bound loads would use.
+    // preprocess's latency-bound loads would use. Where the units are fewer than the SMs, CTAs
+    // of LIST_THREADS_FEW threads (their warps split each unit's loops).
     const int64_t units = dm.batch * dm.heads_k * ((dm.tiles_n + per - 1) / per);
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
@@ -798,9 +847,12 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
         return bl_set_error(BL_ERR_INTERNAL,
                             "%lld key tiles: more lists units per kv head than writer bytes",
                             (long long)dm.tiles_n);
-    BL_CUDA_CHECK(bl_launch(bl_bwd_list_kernel, dim3((unsigned)ctas), dim3(LIST_THREADS),
-                            bits_bytes, stream, dependent, dm, causal, mask, per, ws->counts,
-                            ws->lists, rows80 ? ws->counts80 : (int *)NULL,
+    const bool few = units < sms;
+    BL_CUDA_CHECK(bl_launch(few ? bl_bwd_list_kernel<LIST_THREADS_FEW>
+                                : bl_bwd_list_kernel<LIST_THREADS>,
+                            dim3((unsigned)ctas), dim3(few ? LIST_THREADS_FEW : LIST_THREADS),
+                            bits_bytes + LIST_TEAM_BYTES, stream, dependent, dm, causal, mask, per,
+                            ws->counts, ws->lists, rows80 ? ws->counts80 : (int *)NULL,
                             rows80 ? ws->lists80 : (int *)NULL, ws->dq_writers,
                             rows80 ? ws->totals : (unsigned long long *)NULL));
     return BL_OK;

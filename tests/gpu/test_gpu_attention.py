@@ -186,13 +186,27 @@ def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads
         generator=gen)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batch,seqlens,heads_q,heads_k", [
+    (1, (512, 448), 136, 136), (1, (256, 32768), 4, 1)], ids=["many_units_4_keys", "mqa_16_keys"])
+def test_gpu_masked_backward_lists_teams(causal, batch, seqlens, heads_q, heads_k):
+    """The lists kernel's phase 2 (bl_bwd_list_kernel) splits each key tile's words among a team
+    of warps, each slice written at the popcount of the slices before it: 136 heads of 4 key tiles
+    (units >= 132 SMs: 256-thread CTAs, teams of 2) and MQA with 16 key tiles a unit (16 units:
+    1024-thread CTAs, teams of 2), 80-row entries included; a slice written at a wrong offset
+    moves list entries and breaks dQ / dK / dV against the reference."""
+    gen = torch.Generator(device=DEV).manual_seed(7)
+    check_random_mask_backward(
+        *random_qkv(batch, *seqlens, heads_q, heads_k, 128, torch.bfloat16, DEV), causal, 0.4,
+        generator=gen)
+
+
 @pytest.mark.parametrize("keep", [0.2, 0.03])
 def test_gpu_masked_backward_fewer_split_parts(keep):
-    """A masked causal head-dim-128 call of short columns (<= 2048 entries) and more than half a
-    column per SM uses fewer of its head split's parts where it keeps little (bl_bwd_split_parts,
-    from the entry totals on the device): 3 x 4096 x 16 q heads x 2 kv heads (192 columns of 512
-    entries) splits 4 ways dense and, by the
-    rule, 2 / 1 ways at 20 / 3 % kept -- records of the unused parts are skipped in the draw,
+    """A masked causal head-dim-128 call with at most two columns per SM uses fewer of its head
+    split's parts where it keeps little (bl_bwd_split_parts, from the entry totals on the
+    device): 3 x 4096 x 16 q heads x 2 kv heads (192 columns of 512 entries) splits 4 ways dense
+    and, by the rule, 2 / 1 ways at 20 / 3 % kept -- records of the unused parts are skipped in the draw,
     each used part takes 8 / parts heads, and the dK / dV reduction sums only the used partials
     (the others may hold what the earlier full-mask call left there)."""
     gen = torch.Generator(device=DEV).manual_seed(5)
