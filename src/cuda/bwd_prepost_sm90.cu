@@ -162,8 +162,9 @@ bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
     if (cols > (int64_t)SPLIT_RULE_MAX_ROUNDS * sms) return BL_OK;
     // A column's time at the dense per-entry rate, us. The products on the device stay in 64
-    // bits: kept <= cols x E < 2^9 x 2^21 entries (G x Tm < 2^21 where the lists fit), each
-    // term < 2^8 x 2 x 1.93 x 2^21 x 2.6.
+    // bits: E = G x Tm < 2^19 where the lists fit (bl_bwd_lists_launch), so kept and pairs <=
+    // cols x E < 2^29 (cols <= 2 x SMs < 2^10), balance[k] < 2^8 x 1.93 x 2^19 x 2.52 < 2^30
+    // (balance <= 1.4 x 1.8) and part_cost[k] < 2^8 x 0.08 x 2^10 x 8 < 2^18.
     const double column_us = SPLIT_FIT_ENTRY_US * (double)(dm.group * dm.tiles_m);
     for (int k = 0; k < BL_BWD_SPLIT_LEVELS && (split >> k) >= 1; ++k) {
         const int parts = split >> k;
