@@ -238,7 +238,7 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal);
 // The device's choice among split, split / 2, ... (bl_bwd_split_parts) for a call of head split
 // `split`: candidates where the call is causal at head dim 128 (whose masked calls carry the
-// totals) with at most two columns per SM (the swept range), P alone elsewhere.
+// totals), P alone elsewhere.
 // bwd_prepost_sm90.cu.
 bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule);

@@ -114,28 +114,29 @@ int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
 }
 
 // The device's part count for masked causal calls at head dim 128 (bl_bwd_split_parts), a cost
-// in microseconds fitted to a sweep of every part count P >> k at 5 keeps on 9 shapes (columns C
-// = 64..256 of E = G x Tm = 1024..8192 entries; bench/results/bwd-s78-split-sweep.txt):
+// in microseconds fitted to sweeps of every part count P >> k at 5 keeps
+// (bench/results/bwd-s78-split-sweep.txt: 9 shapes of C = 64..256 columns of E = G x Tm =
+// 1024..8192 entries; bwd-s79-split-sweep.txt: 6 shapes of C = 384 / 512, E = 512..4096, and
+// C = 256 again; dev/cuda/split_rule_fit.py scores a rule on them):
 //   f x SPLIT_FIT_ENTRY_US x E x balance(C, p) x (1 + SPLIT_FIT_HEAD_COST x p / G)
 //     + SPLIT_FIT_PART_US x C x p
 // - balance: the makespan of a full causal mask in units of one column, the longest part (1 / p)
-//   or the average load plus a tail of SPLIT_FIT_TAIL of the largest part -- shorter than the
-//   host rule's half part: the heaviest-first draw fills the last round with the short parts
-//   of the causal columns' tail;
+//   or the average load plus a tail of SPLIT_FIT_TAIL of the largest part;
 // - the head term: a part's entries cost more where it holds few query heads (at 50 % kept the
 //   best p left G / p = 4 heads a part on 4 of the 5 shapes with C = 128);
 // - the part cost: each column and part is one more column start and end and one more dK / dV
 //   partial written and summed (the reduction alone ~0.035 us a block at C = 128), absolute
-//   time, not a share of a column: the rule of the seventy-third session priced it in columns and
-//   so overpriced the parts of long columns (it lost up to 47 us there and was gated to E <=
-//   2048).
-// On the sweep's 45 rows (one round each) it misses the fastest p on 12, by 16 us on average and
-// 35 at most, 187 us in all; the gated rule missed on 23 (663 us in all, 65 at most), the host's
-// P on 30 (1300 us). Where the columns are more than two rounds of the SMs the host's P stands
-// (not swept).
-static constexpr double SPLIT_FIT_ENTRY_US = 1.93, SPLIT_FIT_TAIL = 0.4, SPLIT_FIT_HEAD_COST = 0.2,
+//   time, not a share of a column (the seventy-third session's rule priced it in columns and so
+//   overpriced the parts of long columns).
+// Every split call applies it (the host splits only below SPLIT_MIN_ROUNDS rounds of columns).
+// On the sweeps' 85 rows (one round each) its picks miss the fastest p on 20, by 48 us at most,
+// 344 us in all; the seventy-fourth session's form (a tail of 0.4, at most two columns per SM)
+// missed 2296 us in all (the host's P at C = 384 / 512 lost up to 128 us a call: 1 x 8k x 32 q x
+// 8 kv heads, Llama-3-8B's heads at 8k, ran 1.07 / 1.13 / 1.22 / 1.41 / 1.49x the time of one
+// part at 50 / 25 / 10 / 3 / 0.8 % kept), its tail of 0.4 under the gate of 4 rounds 521 us (189
+// at 1 x 32k x 16 q x 2 kv, 50 %), the host's P 3656.
+static constexpr double SPLIT_FIT_ENTRY_US = 1.93, SPLIT_FIT_TAIL = 0.5, SPLIT_FIT_HEAD_COST = 0.2,
                         SPLIT_FIT_PART_US = 0.08;
-enum { SPLIT_RULE_MAX_ROUNDS = 2 };
 bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule) {
     *rule = bl_bwd_split_rule{};
@@ -160,11 +161,12 @@ bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
-    if (cols > (int64_t)SPLIT_RULE_MAX_ROUNDS * sms) return BL_OK;
     // A column's time at the dense per-entry rate, us. The products on the device stay in 64
-    // bits: E = G x Tm < 2^19 where the lists fit (bl_bwd_lists_launch), so kept and pairs <=
-    // cols x E < 2^29 (cols <= 2 x SMs < 2^10), balance[k] < 2^8 x 1.93 x 2^19 x 2.52 < 2^30
-    // (balance <= 1.4 x 1.8) and part_cost[k] < 2^8 x 0.08 x 2^10 x 8 < 2^18.
+    // bits: E = G x Tm < 2^19 where the lists fit (bl_bwd_lists_launch), and a split call has
+    // cols < SPLIT_MIN_ROUNDS x SMs < 2^11 (bl_bwd_head_split; SMs < 512), so kept and pairs <=
+    // cols x E < 2^30, balance[k] < 2^8 x 1.93 x 2^19 x 3 < 2^30 (balance <= (2 + 0.5) x 1.2:
+    // C / (2 SMs) < 2, p <= G) and part_cost[k] < 2^8 x 0.08 x 2^11 x 8 < 2^19, so a cost is
+    // < 2^61.
     const double column_us = SPLIT_FIT_ENTRY_US * (double)(dm.group * dm.tiles_m);
     for (int k = 0; k < BL_BWD_SPLIT_LEVELS && (split >> k) >= 1; ++k) {
         const int parts = split >> k;

@@ -203,16 +203,30 @@ def test_gpu_masked_backward_lists_teams(causal, batch, seqlens, heads_q, heads_
 
 @pytest.mark.parametrize("keep", [0.2, 0.03])
 def test_gpu_masked_backward_fewer_split_parts(keep):
-    """A masked causal head-dim-128 call with at most two columns per SM uses fewer of its head
-    split's parts where it keeps little (bl_bwd_split_parts, from the entry totals on the
-    device): 3 x 4096 x 16 q heads x 2 kv heads (192 columns of 512 entries) splits 4 ways dense
-    and, by the rule, 2 / 1 ways at 20 / 3 % kept -- records of the unused parts are skipped in the draw,
-    each used part takes 8 / parts heads, and the dK / dV reduction sums only the used partials
-    (the others may hold what the earlier full-mask call left there)."""
+    """A masked causal head-dim-128 call uses fewer of its head split's parts where it keeps
+    little (bl_bwd_split_parts, from the entry totals on the device): 3 x 4096 x 16 q heads x 2
+    kv heads (192 columns of 512 entries) splits 4 ways dense and, by the rule, 2 / 1 ways at 20
+    / 3 % kept -- records of the unused parts are skipped in the draw, each used part takes 8 /
+    parts heads, and the dK / dV reduction sums only the used partials (the others may hold what
+    the earlier full-mask call left there)."""
     gen = torch.Generator(device=DEV).manual_seed(5)
     q, k, v = random_qkv(3, 4096, 4096, 16, 2, 128, torch.bfloat16, DEV)
     # an earlier call that uses all 4 parts leaves its partials in the workspace's pool
     check_random_mask_backward(q, k, v, True, 1.0, generator=gen)
+    check_random_mask_backward(q, k, v, True, keep, generator=gen)
+
+
+@pytest.mark.parametrize("keep", [1.0, 0.1])
+def test_gpu_masked_backward_fewer_split_parts_many_columns(keep):
+    """The same between two and four columns per SM (bench/results/bwd-s79-split-sweep.txt):
+    3 x 4096 x 12 q heads x 3 kv heads (288 columns of 256 entries) splits 4 ways unmasked and,
+    by the device's rule, 2 ways with every tile kept and 1 at 10 % -- after an unmasked call
+    that used all 4 parts and left their partials in the workspace's pool."""
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    q, k, v = random_qkv(3, 4096, 4096, 12, 3, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(q.dtype)
+    out, lse, _ = back_lite.forward(q, k, v, causal=True)
+    back_lite.backward(dout, q, k, v, out, lse, causal=True)
     check_random_mask_backward(q, k, v, True, keep, generator=gen)
 
 
