@@ -10,6 +10,11 @@ that the host has queued the whole call before the GPU reaches it (as in the ben
 calls), and prints per kernel of the call: the median duration, the median gap from the previous
 kernel's end, and the call's span (first kernel start to last kernel end). No ncu: the clocks
 float as in the bench.
+
+With --nvtx it times nothing: per configuration two warm-up calls, then one call inside an NVTX
+range `bl_call`, for ncu to profile alone (its DRAM bytes per kernel: dev/cuda/ncu_dram.py):
+    ncu --nvtx --nvtx-include "bl_call/" --metrics gpu__time_duration.sum,dram__bytes_read.sum,\
+        dram__bytes_write.sum python3 dev/cuda/bwd_call_timeline.py --nvtx --keeps dense,0.03 > LOG
 """
 from __future__ import annotations
 
@@ -70,6 +75,17 @@ def profile_calls(fn, calls: int) -> list:
     return per_call
 
 
+def one_call_in_range(fn) -> None:
+    """Two warm-up calls, then one inside the NVTX range `bl_call` (ncu --nvtx-include bl_call/)."""
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("bl_call")
+    fn()
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+
+
 def report(label: str, per_call: list) -> None:
     n = min(len(c) for c in per_call)
     names = [short(k[0]) for k in per_call[0][:n]]
@@ -92,6 +108,8 @@ def main(argv=None) -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--keeps", default="dense,1.0,0.5,0.03,0.01")
+    ap.add_argument("--nvtx", action="store_true",
+                    help="one call per configuration inside an NVTX range `bl_call` (for ncu)")
     args = ap.parse_args(argv)
     b, s, h, d = (int(x) for x in args.shape.split(","))
     dev = torch.device("cuda")
@@ -123,7 +141,11 @@ def main(argv=None) -> None:
             mask = random_tile_mask(b, h, tm, tn, float(keep), dev) & computable
             fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
                                                 causal=args.causal)
-        report(f"keep {keep}", profile_calls(fn, args.calls))
+        if args.nvtx:
+            one_call_in_range(fn)
+            print(f"== keep {keep}: one call in NVTX range bl_call")
+        else:
+            report(f"keep {keep}", profile_calls(fn, args.calls))
 
 
 if __name__ == "__main__":
