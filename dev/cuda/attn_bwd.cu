@@ -1146,10 +1146,10 @@ int main(int argc, char **argv) {
         cases.push_back({1, 2000, 3000, 2, 2, 128, 1, BF, 1, 0.99, 0, 0, 0, 0, kPickAligned});
         cases.push_back({1, 900, 300, 2, 2, 128, 1, BF, 1, 1.0, 0, 0, 0});
         // A masked causal split call that uses fewer of its parts (bl_bwd_split_parts; 132
-        // columns of 1056 entries split 8 ways dense): 1 part at 0.4 % of
-        // all tiles kept (~0.8 % of the causal ones, the share the rule weighs); the line under
-        // the case says. tests/gpu covers 2 of 4 parts
-        // (test_gpu_masked_backward_fewer_split_parts).
+        // columns of 1056 entries split 8 ways dense): 1 part at 0.4 % of all tiles kept (~0.8 %
+        // of the causal ones, the share the rule weighs); the line under the case says. tests/gpu
+        // covers 2 of 4 parts (test_gpu_masked_backward_fewer_split_parts, and its many_columns
+        // form past two columns per SM).
         cases.push_back({2, 8448, 8448, 8, 1, 128, 1, BF, 1, 0.004, 0, 0, 0, 1});
         // Version 10 on sparse masks, where a row tile's only entry stores its dQ and tiles no
         // key tile keeps are converted without a read (they must come out 0):
