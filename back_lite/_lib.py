@@ -106,6 +106,8 @@ _SIGNATURES = {
                                ctypes.POINTER(ctypes.c_int64)]),
     "bl_workspace_size": (_STATUS, [_P_DESC, ctypes.c_int, ctypes.c_int,
                                     ctypes.POINTER(ctypes.c_size_t)]),
+    # device -> 1 where bl_workspace_alloc maps compressible memory (workspace_pool.py)
+    "bl_workspace_compressible": (ctypes.c_int, [ctypes.c_int]),
     # desc, q, k, v, out, lse, tile_mass
     "bl_forward": (_STATUS, [_P_DESC, BlTensor, BlTensor, BlTensor, BlTensor,
                              ctypes.c_void_p, ctypes.c_void_p]),

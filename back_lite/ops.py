@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from . import _lib
+from . import _lib, workspace_pool
 from ._lib import BlAttnDesc, BlTensor
 
 # torch dtype -> bl_dtype
@@ -103,7 +103,8 @@ def _on_device(desc: BlAttnDesc, device: torch.device, op: int, with_stats: bool
         nbytes = _lib.workspace_size(desc, op, with_stats)
         workspace = None
         if nbytes > 0:
-            workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            # the backward's in compressible memory where the device has it (workspace_pool.py)
+            workspace = workspace_pool.empty(nbytes, device, op == _lib.BL_OP_BACKWARD)
             desc.workspace = workspace.data_ptr()
             desc.workspace_bytes = nbytes
         yield

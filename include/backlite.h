@@ -108,6 +108,20 @@ bl_status bl_num_tiles(const bl_attn_desc *desc, int64_t *num_tiles_m, int64_t *
  * `with_stats` says whether the tile mass is recorded. */
 bl_status bl_workspace_size(const bl_attn_desc *desc, bl_op op, int with_stats, size_t *bytes);
 
+/* ---- workspace memory (CUDA) ----
+ * Optional: device memory for the workspaces, mapped compressible where the GPU has compute
+ * data compression (H100 / H200; bl_workspace_compressible says whether `device` grants it).
+ * The backward's fp32 dq accumulator is zeros written ahead of the main kernel and read back
+ * after it; compressed, those bytes cost less DRAM traffic (bench/results/
+ * bwd-s80-compressible-probe.txt). The signatures are PyTorch's pluggable-allocator ones
+ * (torch.cuda.memory.CUDAPluggableAllocator), which the Python package uses through a
+ * torch.cuda.MemPool; `stream` (a cudaStream_t) is not used. bl_workspace_alloc returns NULL
+ * where it cannot allocate; bl_workspace_free waits for the device (as cudaFree does) and
+ * releases a pointer bl_workspace_alloc returned. A build without CUDA returns NULL / 0. */
+void *bl_workspace_alloc(size_t bytes, int device, void *stream);
+void bl_workspace_free(void *ptr, size_t bytes, int device, void *stream);
+int bl_workspace_compressible(int device);
+
 /* ---- forward ----
  * q: (B, Sq, Hq, D), k: (B, Sk, Hk, D), v: (B, Sk, Hk, D), out: (B, Sq, Hq, D)
  * lse: (B, Hq, Sq) fp32 contiguous.

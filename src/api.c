@@ -148,6 +148,18 @@ int bl_backend_available(bl_backend backend) {
     return 0;
 }
 
+void *bl_workspace_alloc(size_t bytes, int device, void *stream) {
+    (void)stream;
+    return bl_cuda_workspace_alloc(bytes, device);
+}
+
+void bl_workspace_free(void *ptr, size_t bytes, int device, void *stream) {
+    (void)device; (void)stream;
+    bl_cuda_workspace_free(ptr, bytes);
+}
+
+int bl_workspace_compressible(int device) { return bl_cuda_workspace_compressible(device); }
+
 bl_status bl_tile_shape(bl_backend backend, int *tile_m, int *tile_n) {
     static const char fn[] = "bl_tile_shape";
     bl_clear_error();

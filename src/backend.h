@@ -44,6 +44,9 @@ bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_t
                            bl_tensor out, bl_tensor dout, const float *lse,
                            const float *tile_mass, float negl_prob, const uint8_t *mask,
                            bl_tensor dq, bl_tensor dk, bl_tensor dv);
+void *bl_cuda_workspace_alloc(size_t bytes, int device);
+void bl_cuda_workspace_free(void *ptr, size_t bytes);
+int bl_cuda_workspace_compressible(int device);
 
 #ifdef __cplusplus
 }

@@ -35,3 +35,17 @@ bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_t
     (void)negl_prob; (void)mask; (void)dq; (void)dk; (void)dv;
     return no_cuda();
 }
+
+void *bl_cuda_workspace_alloc(size_t bytes, int device) {
+    (void)bytes; (void)device;
+    return NULL;
+}
+
+void bl_cuda_workspace_free(void *ptr, size_t bytes) {
+    (void)ptr; (void)bytes;
+}
+
+int bl_cuda_workspace_compressible(int device) {
+    (void)device;
+    return 0;
+}
