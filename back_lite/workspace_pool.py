@@ -54,8 +54,9 @@ def empty(nbytes: int, device: torch.device, compressible: bool) -> torch.Tensor
         try:
             with torch.cuda.use_mem_pool(pool):
                 return torch.empty(nbytes, dtype=torch.uint8, device=device)
-        except RuntimeError:
-            # e.g. an allocator configuration the pool cannot take: plain memory from now on
+        except (RuntimeError, AttributeError):
+            # an allocator configuration the pool cannot take, or a torch without use_mem_pool:
+            # plain memory from now on
             index = device.index if device.index is not None else torch.cuda.current_device()
             _pools[index] = None
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
