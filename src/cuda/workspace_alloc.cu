@@ -130,6 +130,9 @@ extern "C" void *bl_cuda_workspace_alloc(size_t bytes, int device) {
 
 extern "C" void bl_cuda_workspace_free(void *ptr, size_t bytes) {
     const vmm_driver &d = vmm();
+    // The granule from the current device, not a device argument: PyTorch's documentation gives
+    // the free function (ptr, size, stream) and its code (ptr, size, device, stream); ptr and
+    // size are the same in both, and every device of a node has the same granularity.
     int device = 0;
     if (!d.ok || ptr == nullptr || cudaGetDevice(&device) != cudaSuccess) return;
     const size_t size = mapped_bytes(d, device, bytes);
