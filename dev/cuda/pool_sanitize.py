@@ -1,0 +1,74 @@
+"""Small backward calls through the compressible workspace pool, for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck python3 dev/cuda/pool_sanitize.py
+    compute-sanitizer --tool racecheck python3 dev/cuda/pool_sanitize.py --quick
+
+The dev checker (dev/cuda/attn_bwd.cu) allocates its workspace with cudaMalloc; this runs the
+library's own path: back_lite.backward with its workspace from back_lite/workspace_pool.py
+(cuMemCreate memory with compute data compression), over dense, masked and selected calls,
+both head dims, GQA, Sq != Sk and lengths that are not a tile multiple. Each call's gradients
+are compared with the same call on a plain workspace, so a sanitizer run also says the pool
+changed nothing. Exits 1 on a mismatch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
+import back_lite  # noqa: E402
+from back_lite import workspace_pool  # noqa: E402
+from inputs import random_qkv  # noqa: E402
+
+# (B, Sq, Sk, H, Hk, D, causal, tiles)
+CASES = [
+    (1, 256, 256, 2, 2, 128, False, "dense"),
+    (1, 333, 517, 4, 2, 128, True, "mask"),
+    (2, 200, 200, 2, 1, 128, False, "select"),
+    (1, 300, 450, 2, 2, 64, True, "dense"),
+    (1, 513, 257, 4, 4, 64, False, "mask"),
+    (1, 1, 129, 2, 2, 128, False, "dense"),
+]
+
+
+def call(case, compressible: bool):
+    b, sq, sk, h, hk, d, causal, tiles = case
+    os.environ[workspace_pool.ENV_VAR] = "1" if compressible else "0"
+    torch.manual_seed(0)
+    q, k, v = random_qkv(b, sq, sk, h, hk, d, torch.bfloat16, "cuda")
+    dout = torch.randn(q.shape, device="cuda").to(torch.bfloat16)
+    out, lse, w = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+    kw = {}
+    if tiles == "mask":
+        tm, tn = back_lite.num_tiles(sq, sk, "cuda")
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        kw["mask"] = torch.rand(b, h, tm, tn, device="cuda", generator=gen) < 0.3
+    elif tiles == "select":
+        kw.update(tile_mass=w, negl_prob=0.05)
+    grads = back_lite.backward(dout, q, k, v, out, lse, causal=causal, **kw)
+    torch.cuda.synchronize()
+    return grads
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="the first three cases only")
+    args = ap.parse_args()
+    assert workspace_pool.pool_for(torch.device("cuda")) is not None, "no compressible pool here"
+    bad = 0
+    for case in CASES[:3] if args.quick else CASES:
+        pooled, plain = call(case, True), call(case, False)
+        same_kv = torch.equal(pooled[1], plain[1]) and torch.equal(pooled[2], plain[2])
+        dq_err = (pooled[0].float() - plain[0].float()).abs().max().item()
+        ok = same_kv and dq_err <= 1e-2 * max(plain[0].float().abs().max().item(), 1e-6)
+        bad += not ok
+        print(f"{case}: dK/dV identical {same_kv}, dq max diff {dq_err:.3g} -> {'PASS' if ok else 'FAIL'}")
+    print(f"pool_sanitize: {bad} failed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
