@@ -12,6 +12,7 @@ from . import functional
 from .functional import (attention, backend_available, backward, backward_sparsity,
                          computable_tiles, forward, num_tiles, select, tile_shape)
 from .module import BackLite
+from .workspace_pool import release as empty_workspace_pool
 from .calibrate import CalibrationResult, calibrate  # also loads back_lite.diagnostics
 from . import distributed  # context parallelism: ring / Ulysses attention on torch.distributed
 from . import integrations  # SDPA drop-in; .transformers / .diffusers load their framework on use
@@ -23,5 +24,6 @@ library_version = _lib.version_string()
 library_path = _lib.path
 
 __all__ = ["BackLite", "attention", "forward", "backward", "select", "tile_shape", "num_tiles",
-           "backend_available", "computable_tiles", "backward_sparsity", "functional", "ops",
+           "backend_available", "computable_tiles", "backward_sparsity", "empty_workspace_pool",
+           "functional", "ops",
            "version", "library_version", "library_path"]

@@ -11,6 +11,7 @@ BACK_LITE_COMPRESSIBLE_WORKSPACE=0 turns it off (read at every call, for A/B tim
 
 Cost: the pool's blocks stay reserved for later backward calls (about the largest call's
 workspace, 2 x dq's size plus a little), where torch.empty's would go back to the shared cache.
+release() gives them back (back_lite.empty_workspace_pool()).
 """
 from __future__ import annotations
 
@@ -60,3 +61,13 @@ def empty(nbytes: int, device: torch.device, compressible: bool) -> torch.Tensor
             index = device.index if device.index is not None else torch.cuda.current_device()
             _pools[index] = None
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def release() -> None:
+    """Give the pools' free blocks back to the device (after a long-sequence phase, say): the
+    pools are dropped -- PyTorch releases a MemPool's free blocks when the pool object goes --
+    and the next backward call makes a new one. Blocks of workspaces still alive are not touched
+    (the caching allocator frees them when they are)."""
+    _pools.clear()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

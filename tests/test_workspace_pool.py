@@ -24,3 +24,11 @@ def test_alloc_returns_null_and_free_ignores_it_without_a_gpu():
     free.restype = None
     free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
     free(None, 1 << 20, 0, None)
+
+
+def test_empty_workspace_pool_without_a_gpu_is_a_no_op():
+    import back_lite
+    from back_lite import workspace_pool
+    workspace_pool._pools[0] = None  # what pool_for caches where no pool can be made
+    back_lite.empty_workspace_pool()
+    assert workspace_pool._pools == {}

@@ -62,3 +62,22 @@ def test_gpu_pool_reuses_its_blocks_and_switch_turns_it_off(monkeypatch):
     assert workspace_pool.pool_for(dev) is None
     plain = workspace_pool.empty(5 << 20, dev, True)
     assert plain.data_ptr() != again.data_ptr()
+
+
+def test_gpu_empty_workspace_pool_gives_the_memory_back():
+    """After a backward call the pool keeps its workspace reserved; back_lite.empty_workspace_pool
+    returns it to the device, and the next call makes a new pool that works as before."""
+    dtype = torch.bfloat16
+    q, k, v = random_qkv(1, 4096, 4096, 8, 8, 128, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse = back_lite.forward(q, k, v)
+    first = back_lite.backward(dout, q, k, v, out, lse)
+    torch.cuda.synchronize()
+    workspace = q.numel() * 4  # the fp32 dq accumulator alone (twice dq's bytes)
+    held = torch.cuda.memory_reserved()
+    back_lite.empty_workspace_pool()
+    freed = held - torch.cuda.memory_reserved()
+    assert freed >= workspace, f"freed {freed} bytes, the workspace is >= {workspace}"
+    again = back_lite.backward(dout, q, k, v, out, lse)
+    assert workspace_pool.pool_for(torch.device(DEV)) is not None
+    assert torch.equal(again[1], first[1]) and torch.equal(again[2], first[2])
