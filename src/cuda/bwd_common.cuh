@@ -267,7 +267,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  const bl_bwd_workspace *ws, cudaStream_t stream);
 // select_sm90.cu: the schedule's window in columns (the records' part-major runs).
-bl_status bl_bwd_schedule_window(bool causal, int *window);
+bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int *window);
 
 // How the main kernel laid out the fp32 dq accumulator.
 enum bl_dq_layout {

@@ -141,7 +141,7 @@ bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule) {
     *rule = bl_bwd_split_rule{};
     rule->levels = 1;
-    BL_TRY(bl_bwd_schedule_window(causal, &rule->window));
+    BL_TRY(bl_bwd_schedule_window(dm, causal, &rule->window));
 #ifdef BL_BWD_SPLIT_FORCE_LEVEL
     // Dev builds only, for sweeps of the parts a masked call uses (bench/notes-bwd.md, the
     // seventy-third session's Next): every masked causal head-dim-128 split call uses

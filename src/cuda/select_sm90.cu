@@ -720,7 +720,7 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
 // those left: 12-13 us into a 32k x 24 x 128 call against ~1 us at 16k x 16
 // (bench/results/bwd-s55-small-kernels-start.txt; now ~1.3 us: bwd-s56-small-kernels-beside.txt).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
-       SCHED_RANK_THREADS = 64 };
+       SCHED_WINDOW_ROUNDS_NC128 = 1, SCHED_RANK_THREADS = 64 };
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window,
@@ -859,12 +859,19 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 }
 
 // Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM, dynamic walk):
-// two for non-causal calls, four for causal ones (bench/results/bwd-s11-noncausal-dynamic.txt:
-// four cost 1.3 % at 16k x 16 dense non-causal).
-bl_status bl_bwd_schedule_window(bool causal, int *window) {
+// four for causal calls, one for non-causal ones at head dim 128, two at head dim 64
+// (bench/results/bwd-s11-noncausal-dynamic.txt: four cost 1.3 % at 16k x 16 dense non-causal).
+// One round at head dim 128 (seventy-seventh session, bwd-s81-window-rounds-ab.txt): the
+// columns running at once share fewer heads' Q / dO rows and dq accumulator blocks in L2 --
+// 16k x 16 x 128 at 3 % kept -14.5 us (version 10's DIRECT form, which moved ~2.4x its floor
+// of DRAM bytes: bwd-s81-ncu-dram-bytes.txt), level elsewhere within the runs' spread; head
+// dim 64 lost 12-17 us at 10-25 % with one round, and causal calls 16-67 us with two.
+bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int *window) {
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
-    const int rounds = causal ? SCHED_WINDOW_ROUNDS_CAUSAL : SCHED_WINDOW_ROUNDS;
+    const int rounds = causal                ? SCHED_WINDOW_ROUNDS_CAUSAL
+                       : dm.head_dim == 128 ? SCHED_WINDOW_ROUNDS_NC128
+                                            : SCHED_WINDOW_ROUNDS;
     *window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
     return BL_OK;
 }
@@ -879,7 +886,7 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
         return BL_OK;
     }
     int window = 0;
-    BL_TRY(bl_bwd_schedule_window(causal != 0, &window));
+    BL_TRY(bl_bwd_schedule_window(dm, causal != 0, &window));
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
     BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_window_kernel, dim3((unsigned)(windows * parts)),
