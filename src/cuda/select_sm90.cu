@@ -620,7 +620,8 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 // concurrent CTAs then work on a few heads, whose Q / dO rows and dq accumulator stay in L2,
 // where a global sort spreads them over all heads. Causal calls at head dim 64 (one CTA per
 // column, in the hardware's order) keep the global heaviest-first sort (bl_bwd_schedule_kernel).
-// Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows,
+// Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows
+// (one at head dim 128 since the seventy-seventh session: bl_bwd_schedule_window),
 // then with a static snake walk) 1 x 16k x 16 x 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 %
 // kept -1.6 %, head dim 64 (16k, 4 x 4k) -2..-6 %, dense level; causal at head dim 128
 // (bench/results/bwd-s10-causal-windows.txt, four-round windows, dynamic walk) 32k x 24 dense
@@ -863,9 +864,10 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // (bench/results/bwd-s11-noncausal-dynamic.txt: four cost 1.3 % at 16k x 16 dense non-causal).
 // One round at head dim 128 (seventy-seventh session, bwd-s81-window-rounds-ab.txt): the
 // columns running at once share fewer heads' Q / dO rows and dq accumulator blocks in L2 --
-// 16k x 16 x 128 at 3 % kept -14.5 us (version 10's DIRECT form, which moved ~2.4x its floor
-// of DRAM bytes: bwd-s81-ncu-dram-bytes.txt), level elsewhere within the runs' spread; head
-// dim 64 lost 12-17 us at 10-25 % with one round, and causal calls 16-67 us with two.
+// at 3 % kept 16k x 16 x 128 -12.7 / -14.5 us (two A/Bs), 32k x 24 -118 us, 2 x 16k x 8 q x 1
+// kv -51 us (version 10's DIRECT form there moved ~2.4x its floor of DRAM bytes:
+// bwd-s81-ncu-dram-bytes.txt); 10 % and dense level within the runs' spread. Head dim 64 lost
+// 12-17 us at 10-25 % with one round, and causal calls 16-67 us with two.
 bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int *window) {
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
