@@ -1,6 +1,6 @@
 """The least DRAM traffic a sparse backward call can move, against the `kept + 2%` bar.
 
-    BACK_LITE_LIBRARY=build/libbacklite.so python3 dev/cuda/bytes_floor.py \
+    PYTHONPATH=. BACK_LITE_LIBRARY=build/libbacklite.so python3 dev/cuda/bytes_floor.py \
         bench/results/bench-2026-12-03-s81.json [--tbps 4.3]
 
 For every random-mask row of a bench JSON (bench/bench_attn.py), with the bench's own masks
@@ -24,10 +24,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from bench_attn import random_tile_mask  # noqa: E402
+from bench_attn import RANDOM_MASK_KEEP, random_tile_mask  # noqa: E402
 from back_lite import functional as blf  # noqa: E402
 
-ROW_TILE = 64   # query rows of a list entry (the lists' and Dlt's granularity)
 ELEM = 2        # bf16 / fp16 bytes
 LSE = 4         # fp32 per row
 
@@ -51,7 +50,6 @@ def floor_bytes(mask: torch.Tensor, b: int, s: int, hq: int, hk: int, d: int) ->
 def rows_of(bench: dict):
     """(shape, causal, keep label, kept, measured ms, dense ms) of the bench's random-mask rows,
     with the keep each mask was drawn at (RANDOM_MASK_KEEP's order in the bench)."""
-    from bench_attn import RANDOM_MASK_KEEP
     for r in bench["results"]:
         randoms = [x for x in r["sparse"] if x["source"] == "random mask"]
         for keep, x in zip(RANDOM_MASK_KEEP, randoms):

@@ -620,9 +620,8 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 // concurrent CTAs then work on a few heads, whose Q / dO rows and dq accumulator stay in L2,
 // where a global sort spreads them over all heads. Causal calls at head dim 64 (one CTA per
 // column, in the hardware's order) keep the global heaviest-first sort (bl_bwd_schedule_kernel).
-// Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows
-// (one at head dim 128 since the seventy-seventh session: bl_bwd_schedule_window),
-// then with a static snake walk) 1 x 16k x 16 x 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 %
+// Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows,
+// then with a static snake walk; one round at head dim 128 now: bl_bwd_schedule_window) 1 x 16k x 16 x 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 %
 // kept -1.6 %, head dim 64 (16k, 4 x 4k) -2..-6 %, dense level; causal at head dim 128
 // (bench/results/bwd-s10-causal-windows.txt, four-round windows, dynamic walk) 32k x 24 dense
 // -5 %, sparse -10..-18 %, 16k x 16 dense level, sparse -3..-9 %. (With the static snake the
