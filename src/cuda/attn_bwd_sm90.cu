@@ -328,6 +328,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.totals = NULL;
     p.schedule = ws.schedule;
     p.sched_rec = ws.sched_rec;
+    p.sched_rec_low = NULL;  // the schedule launch's (below)
     p.sched_next = ws.sched_next;
     p.prefetch_ahead = 0;
     p.dm = dm;
@@ -449,6 +450,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, selecting, &ws, stream));
     p.dkv_part = ws.dkv_part;
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, &ws, stream));
+    p.sched_rec_low = ws.sched_rec_low;
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
     if (!dq_rows) BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
     p.dq_writers = ws.dq_writers;

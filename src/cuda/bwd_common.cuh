@@ -66,6 +66,10 @@ struct bl_bwd_workspace {
     // part-major within each schedule window (select_sm90.cu, sched_split_order); the last
     // {-1, 0, 0, 0}
     int4 *sched_rec;
+    // (B*Hk*Tn + 1): sched_rec's records again, sorted within windows of half the size, which
+    // the head-dim-128 kernels walk where the call keeps little (bl_bwd_low_keep); written where
+    // bl_bwd_schedule_window gives such windows (else the schedule launch sets it NULL)
+    int4 *sched_rec_low;
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
     // (2, P, B, Sk, Hk, D) fp32: a split call's dK and dV partials, one per part of each
     // column's query heads (bl_bwd_head_split), summed by bl_bwd_dkv_reduce_launch
@@ -260,14 +264,25 @@ bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float 
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream);
 // select_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
-// ws->sched_next, with rows80 ws->totals. Launched as the programmatic dependent of the lists
+// ws->sched_next, with rows80 ws->totals, and ws->sched_rec_low where rows80 and
+// bl_bwd_schedule_window give it windows (else it sets ws->sched_rec_low NULL). Launched as the programmatic dependent of the lists
 // kernel (it reads the counts once that one is done); its own dependent (the preprocess) starts
 // at once.
 // split: the call's head split (bl_bwd_head_split): each column's record repeated for its parts.
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
-                                 const bl_bwd_workspace *ws, cudaStream_t stream);
-// select_sm90.cu: the schedule's window in columns (the records' part-major runs).
-bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int *window);
+                                 bl_bwd_workspace *ws, cudaStream_t stream);
+// select_sm90.cu: the schedule's window in columns (the records' part-major runs) for a call of
+// head split `split`; with low != NULL also the windows of ws->sched_rec_low (0: none).
+bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
+                                 int *low);
+// Whether a masked call keeps so little that its head-dim-128 kernels walk ws->sched_rec_low:
+// at most 1 / BL_SCHED_LOW_KEEP_DIV of the (q head, row tile, key tile) pairs its mask could
+// keep (totals: bl_bwd_workspace::totals). Between the two measured keeps either side of it
+// (bench/results/bwd-s82-window-keep-ab.txt: 3 % and 10 % at 16k x 16 x 128).
+enum { BL_SCHED_LOW_KEEP_DIV = 20 };
+__host__ __device__ inline bool bl_bwd_low_keep(const unsigned long long *totals) {
+    return BL_SCHED_LOW_KEEP_DIV * totals[0] <= totals[0] + totals[2];
+}
 
 // How the main kernel laid out the fp32 dq accumulator.
 enum bl_dq_layout {

@@ -85,7 +85,18 @@ struct bwd_params {
     // How many of the head_split parts a masked call uses (bl_bwd_split_parts with totals; its
     // records and partials keep head_split's layout). Last, for the reason dq_writers gives.
     bl_bwd_split_rule split_rule;
+    // bl_bwd_workspace::sched_rec_low (NULL where the call has none: then it walks sched_rec),
+    // walked in place of sched_rec where the totals say the call keeps little (ws_records).
+    // Last, for the reason dq_writers gives.
+    const int4 *sched_rec_low;
 };
+
+// The schedule records a head-dim-128 kernel walks (read after the totals are complete).
+__device__ __forceinline__ const int4 *ws_records(const bwd_params &p) {
+    return p.sched_rec_low != nullptr && p.totals != nullptr && bl_bwd_low_keep(p.totals)
+               ? p.sched_rec_low
+               : p.sched_rec;
+}
 // A diagonal no entry reaches: every cut of the causal walk falls below every element (room and
 // cut stay 32-bit: Sq < 2^29 wherever it is used).
 constexpr int64_t BL_BWD_DIAG_NONE = int64_t(1) << 30;

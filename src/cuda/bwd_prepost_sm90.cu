@@ -141,7 +141,7 @@ bl_status bl_bwd_split_rule_make(const bl_bwd_dims &dm, bool causal, int split,
                                  bl_bwd_split_rule *rule) {
     *rule = bl_bwd_split_rule{};
     rule->levels = 1;
-    BL_TRY(bl_bwd_schedule_window(dm, causal, &rule->window));
+    BL_TRY(bl_bwd_schedule_window(dm, causal, split, &rule->window, NULL));
 #ifdef BL_BWD_SPLIT_FORCE_LEVEL
     // Dev builds only, for sweeps of the parts a masked call uses (bench/notes-bwd.md, the
     // seventy-third session's Next): every masked causal head-dim-128 split call uses
@@ -208,6 +208,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     const int split_c = bl_bwd_head_split(dm, true), split_n = bl_bwd_head_split(dm, false);
     const size_t split = (size_t)(split_c > split_n ? split_c : split_n);
     size_t o_rec = ws_take(&off, (cols * split + 1) * sizeof(int4));
+    size_t o_rec_low = ws_take(&off, (cols + 1) * sizeof(int4));
     const size_t part_floats =
         split > 1 ? 2 * split * (size_t)(dm.batch * dm.seqlen_k * dm.heads_k * dm.head_dim) : 0;
     size_t o_part = ws_take(&off, part_floats * sizeof(float));
@@ -226,6 +227,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->totals = (unsigned long long *)(p + o_totals);
         ws->schedule = (int *)(p + o_sched);
         ws->sched_rec = (int4 *)(p + o_rec);
+        ws->sched_rec_low = (int4 *)(p + o_rec_low);
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
         ws->dq_writers = (uint8_t *)(p + o_writers);

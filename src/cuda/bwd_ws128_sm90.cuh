@@ -168,7 +168,7 @@ __device__ __forceinline__ int64_t ws_draw_column(const bwd_params &p, uint32_t 
     const int64_t rec =
         end ? cols * split : bl_bwd_split_record(pos, parts, split, p.split_rule.window);
     mbarrier_arrive_expect_tx(bars + ws_bars::COLFULL + 8 * slot, sizeof(int4));
-    bulk_load(bars + ws_bars::COLS + 16 * slot, p.sched_rec + rec, sizeof(int4),
+    bulk_load(bars + ws_bars::COLS + 16 * slot, ws_records(p) + rec, sizeof(int4),
               bars + ws_bars::COLFULL + 8 * slot);
     return end ? -1 : rec;
 }
@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 BL_TLCOL(true, 1, 0, 0);
                 const int64_t rec = ws_draw_column<SPLIT>(p, bars, k);
                 if (rec < 0) break;
-                ws_column cl = ws_decode(p, p.sched_rec[rec]);
+                ws_column cl = ws_decode(p, ws_records(p)[rec]);
                 if constexpr (SPLIT) ws_part_range(p, cl);
                 BL_TLCOL(true, 1, 1, 0);
                 // DIRECT: each entry's flag (WS_DQ_FLAGS), from its row tile's entry count

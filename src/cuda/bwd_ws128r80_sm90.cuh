@@ -481,7 +481,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 BL_TLCOL(true, 1, 0, 0);
                 const int64_t rec = ws_draw_column<SPLIT>(p, bars, k);
                 if (rec < 0) break;
-                ws_column cl = ws_decode(p, p.sched_rec[rec]);
+                ws_column cl = ws_decode(p, ws_records(p)[rec]);
                 if constexpr (SPLIT) r80_split_column<aligned, packed>(p, cl);
                 BL_TLCOL(true, 1, 1, 0);
                 // The column's K / V into L2 now, one to two entries before the last column's

@@ -719,17 +719,22 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
 // driver's default carveout, and started -- letting the preprocess behind them start -- only as
 // those left: 12-13 us into a 32k x 24 x 128 call against ~1 us at 16k x 16
 // (bench/results/bwd-s55-small-kernels-start.txt; now ~1.3 us: bwd-s56-small-kernels-beside.txt).
+// low > 0 (an unsplit call; window a multiple of low): the same ranks within each window's
+// sub-windows of low columns too, as recs_low (bl_bwd_workspace::sched_rec_low).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
-       SCHED_WINDOW_ROUNDS_NC128 = 1, SCHED_RANK_THREADS = 64 };
+       SCHED_WINDOW_ROUNDS_NC128 = 1, SCHED_LONG_HEAD_TILES = 256, SCHED_RANK_THREADS = 64 };
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
-                              const int *__restrict__ counts80, int num_cols, int window,
+                              const int *__restrict__ counts80, int num_cols, int window, int low,
                               int parts, int split, int *__restrict__ schedule, int4 *__restrict__ recs,
-                              int *__restrict__ next, unsigned long long *__restrict__ totals) {
+                              int4 *__restrict__ recs_low, int *__restrict__ next,
+                              unsigned long long *__restrict__ totals) {
     sched_dependent_start();
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
     const int i = (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x;  // in the window
+    // i's sub-window [lo, lo + low) of the window (low = 0: an empty one, nothing counted)
+    const int lo = low > 0 ? i / low * low : 0;
     // The window's counts in registers, count 32 k + lane in own[k], all loaded at once (one
     // round trip), then broadcast by shuffles (a scan through L1 / L2 took 50-100 us beside the
     // preprocess's traffic: a round trip per step).
@@ -743,8 +748,9 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     }
     const int ci = i < n ? counts[w0 + i] : 0;
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
-    // rank = heavier columns + equal ones before i (all lanes take part in the shuffles)
-    int r0 = 0, r1 = 0;
+    // rank = heavier columns + equal ones before i (all lanes take part in the shuffles); the
+    // sub-window's rank counts those of them in [lo, lo + low)
+    int r0 = 0, r1 = 0, s0 = 0, s1 = 0;
 #pragma unroll
     for (int k = 0; k < PER_LANE; ++k) {
         if (32 * k >= n) break;
@@ -753,8 +759,12 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
             const int j = 32 * k + src;
             const int a = __shfl_sync(0xffffffffu, own[k], src);
             const int b = __shfl_sync(0xffffffffu, own[k], src + 1);
-            r0 += (a > ci) | ((a == ci) & (j < i));
-            r1 += (b > ci) | ((b == ci) & (j + 1 < i));
+            const int ha = (a > ci) | ((a == ci) & (j < i));
+            const int hb = (b > ci) | ((b == ci) & (j + 1 < i));
+            r0 += ha;
+            r1 += hb;
+            s0 += ha & ((unsigned)(j - lo) < (unsigned)low);
+            s1 += hb & ((unsigned)(j + 1 - lo) < (unsigned)low);
         }
     }
     if (i < n) {
@@ -764,6 +774,7 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         // window's columns in count order for part 0, then for part 1, ... (sched_split_order)
         for (int j = 0; j < split; ++j)
             recs[(int64_t)w0 * split + (int64_t)j * n + rank] = make_int4(w0 + i, ci, c80, j);
+        if (low > 0) recs_low[w0 + lo + s0 + s1] = make_int4(w0 + i, ci, c80, 0);
     }
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
@@ -787,6 +798,7 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         recs[(int64_t)num_cols * split] = make_int4(-1, 0, 0, 0);
+        if (low > 0) recs_low[num_cols] = make_int4(-1, 0, 0, 0);
         *next = 0;
     }
 }
@@ -859,42 +871,58 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 }
 
 // Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM, dynamic walk):
-// four for causal calls, one for non-causal ones at head dim 128, two at head dim 64
-// (bench/results/bwd-s11-noncausal-dynamic.txt: four cost 1.3 % at 16k x 16 dense non-causal).
-// One round at head dim 128 (seventy-seventh session, bwd-s81-window-rounds-ab.txt): the
-// columns running at once share fewer heads' Q / dO rows and dq accumulator blocks in L2 --
-// at 3 % kept 16k x 16 x 128 -12.7 / -14.5 us (two A/Bs), 32k x 24 -118 us, 2 x 16k x 8 q x 1
-// kv -51 us (version 10's DIRECT form there moved ~2.4x its floor of DRAM bytes:
-// bwd-s81-ncu-dram-bytes.txt); 10 % and dense level within the runs' spread. Head dim 64 lost
-// 12-17 us at 10-25 % with one round, and causal calls 16-67 us with two.
-bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int *window) {
+// four for causal calls, two at head dim 64 (bench/results/bwd-s11-noncausal-dynamic.txt: four
+// cost 1.3 % at 16k x 16 dense non-causal). Non-causal at head dim 128, the columns running at
+// once share fewer heads' Q / dO rows and dq accumulator blocks in L2 with one round: where a
+// head has SCHED_LONG_HEAD_TILES key tiles or more, where kv heads are shared (G > 1) or where
+// the call splits its columns, one round whatever the keep (32k x 24 x 128 at 50 / 10 / 3 %
+// kept -169 / -87 / -88 us against two, 2 x 16k x 8 q x 1 kv at 10 / 3 % -9 / -48,
+// bench/results/bwd-s82-window-keep-ab.txt; -9 / -51 in bwd-s81-window-rounds-ab.txt; smaller G
+// not measured); else two rounds, and one (`low`, ws->sched_rec_low) for the
+// masked calls that keep little (bl_bwd_low_keep): at 16k x 16 x 128 one round was -10 us at
+// 3 % kept but +15 / +18 us at 10 / 25 % (bwd-s82-window-keep-ab.txt). Head dim 64 lost 12-17
+// us at 10-25 % with one round, and causal calls 16-67 us with two, 8-72 us with six
+// (bwd-s81-window-rounds-ab.txt, bwd-s82-causal-rounds-ab.txt).
+bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
+                                 int *low) {
     int sms = 0;
     BL_TRY(bl_sm_count(&sms));
-    const int rounds = causal                ? SCHED_WINDOW_ROUNDS_CAUSAL
-                       : dm.head_dim == 128 ? SCHED_WINDOW_ROUNDS_NC128
-                                            : SCHED_WINDOW_ROUNDS;
+    const bool nc128 = !causal && dm.head_dim == 128;
+    const bool one_round =
+        nc128 && (split > 1 || dm.group > 1 || dm.tiles_n >= SCHED_LONG_HEAD_TILES);
+    const int rounds = causal      ? SCHED_WINDOW_ROUNDS_CAUSAL
+                       : one_round ? SCHED_WINDOW_ROUNDS_NC128
+                                   : SCHED_WINDOW_ROUNDS;
     *window = rounds * sms < SCHED_WINDOW_MAX ? rounds * sms : SCHED_WINDOW_MAX;
+    if (low) {
+        const int sub = SCHED_WINDOW_ROUNDS_NC128 * sms;
+        // sub-windows nest in the windows only where the cap left them whole rounds
+        *low = nc128 && !one_round && *window % sub == 0 ? sub : 0;
+    }
     return BL_OK;
 }
 
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
-                                 const bl_bwd_workspace *ws, cudaStream_t stream) {
+                                 bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
+    int window = 0, low = 0;
+    BL_TRY(bl_bwd_schedule_window(dm, causal != 0, split, &window, &low));
+    // the low-keep records only where the kernels can tell the keep (the totals: rows80)
+    if (!rows80 || split > 1) low = 0;
+    if (low == 0) ws->sched_rec_low = NULL;
     if (causal && dm.head_dim != 128) {
         BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0, stream,
                                 /*dependent=*/true, (const int *)ws->counts, (int)cols, split,
                                 ws->schedule, ws->sched_rec, ws->sched_next));
         return BL_OK;
     }
-    int window = 0;
-    BL_TRY(bl_bwd_schedule_window(dm, causal != 0, &window));
     const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
     BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_window_kernel, dim3((unsigned)(windows * parts)),
                             dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, dm, causal,
                             (const int *)ws->counts,
                             rows80 ? (const int *)ws->counts80 : (const int *)NULL, (int)cols,
-                            window, parts, split, ws->schedule, ws->sched_rec, ws->sched_next,
-                            ws->totals));
+                            window, low, parts, split, ws->schedule, ws->sched_rec,
+                            ws->sched_rec_low, ws->sched_next, ws->totals));
     return BL_OK;
 }

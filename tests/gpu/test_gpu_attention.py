@@ -447,6 +447,27 @@ def test_gpu_lists_with_more_units_than_ctas(causal, keep):
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
+@pytest.mark.parametrize("keep", [0.02, 0.2])
+def test_gpu_low_keep_schedule_windows(keep):
+    """A non-causal head-dim-128 call with short heads (fewer than 256 key tiles) sorts its
+    columns in windows of two rounds of the SMs and, for calls keeping at most 5 %, again in
+    windows of one round (bl_bwd_workspace::sched_rec_low), which the kernels then walk. Here
+    ~4.5 rounds of columns: two whole windows and a part of one, whose sub-windows are part
+    empty; each keep walks one of the two record sets, and a lost or repeated column would show
+    in dK / dV."""
+    seqlen = 1100
+    tm, tn = back_lite.num_tiles(seqlen, seqlen, DEV)
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    heads = -(-(4 * sms + sms // 2) // tn)
+    q, k, v = random_qkv(1, seqlen, seqlen, heads, heads, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v)
+    gen = torch.Generator(device=DEV).manual_seed(2)
+    mask = torch.rand(1, heads, tm, tn, device=DEV, generator=gen) < keep
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
+    check_masked_backward(got, q, k, v, out, dout, False, mask)
+
+
 @pytest.mark.parametrize("batch,heads_q,heads_k,head_dim",
                          [(1, 16, 16, 128), (2, 8, 8, 128), (1, 24, 24, 64)])
 def test_gpu_causal_schedule_groups(batch, heads_q, heads_k, head_dim):
