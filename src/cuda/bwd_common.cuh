@@ -276,12 +276,17 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
 bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
                                  int *low);
 // Whether a masked call keeps so little that its head-dim-128 kernels walk ws->sched_rec_low:
-// at most 1 / BL_SCHED_LOW_KEEP_DIV of the (q head, row tile, key tile) pairs its mask could
-// keep (totals: bl_bwd_workspace::totals). Between the two measured keeps either side of it
-// (bench/results/bwd-s82-window-keep-ab.txt: 3 % and 10 % at 16k x 16 x 128).
-enum { BL_SCHED_LOW_KEEP_DIV = 20 };
-__host__ __device__ inline bool bl_bwd_low_keep(const unsigned long long *totals) {
-    return BL_SCHED_LOW_KEEP_DIV * totals[0] <= totals[0] + totals[2];
+// its 64-row entries average at most BL_SCHED_LOW_MAX_ENTRIES per row tile (totals:
+// bl_bwd_workspace::totals), how often each row tile's Q / dO rows and dq block are touched.
+// Measured one round against two (bench/results/bwd-s82-window-keep-ab.txt, call 5): 16k x 16 x
+// 128 at 6.4 / 7.7 / 10.2 entries (5 / 6 / 8 % kept) -14 / -1 / +8 us, 8k x 32 x 128 at 6.4 /
+// 16 (10 / 25 %) -6 / +1 us.
+constexpr unsigned long long BL_SCHED_LOW_MAX_ENTRIES = 7;
+__host__ __device__ inline bool bl_bwd_low_keep(const unsigned long long *totals,
+                                                const bl_bwd_dims &dm) {
+    const unsigned long long row_tiles =
+        (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
+    return totals[0] <= BL_SCHED_LOW_MAX_ENTRIES * row_tiles;
 }
 
 // How the main kernel laid out the fp32 dq accumulator.

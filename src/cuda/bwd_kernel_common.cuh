@@ -93,7 +93,7 @@ struct bwd_params {
 
 // The schedule records a head-dim-128 kernel walks (read after the totals are complete).
 __device__ __forceinline__ const int4 *ws_records(const bwd_params &p) {
-    return p.sched_rec_low != nullptr && p.totals != nullptr && bl_bwd_low_keep(p.totals)
+    return p.sched_rec_low != nullptr && p.totals != nullptr && bl_bwd_low_keep(p.totals, p.dm)
                ? p.sched_rec_low
                : p.sched_rec;
 }

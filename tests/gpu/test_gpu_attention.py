@@ -447,11 +447,12 @@ def test_gpu_lists_with_more_units_than_ctas(causal, keep):
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
-@pytest.mark.parametrize("keep", [0.02, 0.2])
+@pytest.mark.parametrize("keep", [0.02, 0.9])
 def test_gpu_low_keep_schedule_windows(keep):
     """A non-causal head-dim-128 call with short heads (fewer than 256 key tiles) sorts its
-    columns in windows of two rounds of the SMs and, for calls keeping at most 5 %, again in
-    windows of one round (bl_bwd_workspace::sched_rec_low), which the kernels then walk. Here
+    columns in windows of two rounds of the SMs and, for calls keeping at most 7 entries per row
+    tile (bl_bwd_low_keep; 0.18 and 8.1 here), again in windows of one round
+    (bl_bwd_workspace::sched_rec_low), which the kernels then walk. Here
     ~4.5 rounds of columns: two whole windows and a part of one, whose sub-windows are part
     empty; each keep walks one of the two record sets, and a lost or repeated column would show
     in dK / dV."""
