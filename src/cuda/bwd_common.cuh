@@ -265,9 +265,9 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                               bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream);
 // select_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
 // ws->sched_next, with rows80 ws->totals, and ws->sched_rec_low where rows80 and
-// bl_bwd_schedule_window give it windows (else it sets ws->sched_rec_low NULL). Launched as the programmatic dependent of the lists
-// kernel (it reads the counts once that one is done); its own dependent (the preprocess) starts
-// at once.
+// bl_bwd_schedule_window give it windows (else it sets ws->sched_rec_low NULL). Launched as the
+// programmatic dependent of the lists kernel (it reads the counts once that one is done); its
+// own dependent (the preprocess) starts at once.
 // split: the call's head split (bl_bwd_head_split): each column's record repeated for its parts.
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  bl_bwd_workspace *ws, cudaStream_t stream);

@@ -878,9 +878,9 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // the call splits its columns, one round whatever the keep (32k x 24 x 128 at 50 / 10 / 3 %
 // kept -169 / -87 / -88 us against two, 2 x 16k x 8 q x 1 kv at 10 / 3 % -9 / -48,
 // bench/results/bwd-s82-window-keep-ab.txt; -9 / -51 in bwd-s81-window-rounds-ab.txt; smaller G
-// not measured); else two rounds, and one (`low`, ws->sched_rec_low) for the
-// masked calls that keep little (bl_bwd_low_keep): at 16k x 16 x 128 one round was -10 / -14 us
-// at 3 / 5 % kept but +8 / +15 / +18 us at 8 / 10 / 25 % (bwd-s82-window-keep-ab.txt). Head dim 64 lost 12-17
+// not measured); else two rounds, and one (`low`, ws->sched_rec_low) for the masked calls that
+// keep little (bl_bwd_low_keep): at 16k x 16 x 128 one round was -10 / -14 us at 3 / 5 % kept
+// but +8 / +15 / +18 us at 8 / 10 / 25 % (bwd-s82-window-keep-ab.txt). Head dim 64 lost 12-17
 // us at 10-25 % with one round, and causal calls 16-67 us with two, 8-68 us with six
 // (bwd-s81-window-rounds-ab.txt, bwd-s82-causal-rounds-ab.txt).
 bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
