@@ -1,6 +1,6 @@
 """Where a backward call's GPU time goes, kernel by kernel (torch.profiler / CUPTI timestamps).
 
-    python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D] [--kv-heads HK] [--causal] [--calls N]
+    python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D[,HK]] [--kv-heads HK] [--causal] [--calls N]
                                           [--keeps dense,1.0,0.5,0.03,0.01,negl:0.05]
 
 For each configuration (the dense call, a random tile mask keeping about `keep` of each row
@@ -100,6 +100,21 @@ def report(label: str, per_call: list) -> None:
     print(f"  span median {statistics.median(spans):.1f} us (min {min(spans):.1f}, max {max(spans):.1f})")
 
 
+def parse_shape(text: str, kv_heads: int = 0) -> tuple:
+    """(B, S, H, D, HK) from "B,S,H,D" or the bench's "B,S,H,D,HK" (bench/bench_attn.py); HK
+    from --kv-heads where the shape has none, H where neither gives it."""
+    dims = [int(x) for x in text.split(",")]
+    if len(dims) not in (4, 5):
+        raise SystemExit(f"--shape {text!r}: B,S,H,D or B,S,H,D,HK")
+    if len(dims) == 5 and kv_heads and kv_heads != dims[4]:
+        raise SystemExit(f"--shape {text!r} gives {dims[4]} kv heads, --kv-heads {kv_heads}")
+    b, s, h, d = dims[:4]
+    hk = dims[4] if len(dims) == 5 else kv_heads or h
+    if hk <= 0 or h % hk:
+        raise SystemExit(f"{hk} kv heads do not divide the {h} query heads")
+    return b, s, h, d, hk
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="1,16384,16,128")
@@ -111,12 +126,9 @@ def main(argv=None) -> None:
     ap.add_argument("--nvtx", action="store_true",
                     help="one call per configuration inside an NVTX range `bl_call` (for ncu)")
     args = ap.parse_args(argv)
-    b, s, h, d = (int(x) for x in args.shape.split(","))
+    b, s, h, d, hk = parse_shape(args.shape, args.kv_heads)
     dev = torch.device("cuda")
     q, k, v = random_qkv(b, s, h, d, torch.bfloat16, dev)
-    hk = args.kv_heads or h
-    if h % hk:
-        raise SystemExit(f"--kv-heads {hk} does not divide the {h} query heads")
     k, v = k[:, :, :hk].contiguous(), v[:, :, :hk].contiguous()
     dout = torch.randn_like(q)
     out, lse, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)
