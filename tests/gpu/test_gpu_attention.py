@@ -452,10 +452,9 @@ def test_gpu_low_keep_schedule_windows(keep):
     """A non-causal head-dim-128 call with short heads (fewer than 256 key tiles) sorts its
     columns in windows of two rounds of the SMs and, for calls keeping at most 7 entries per row
     tile (bl_bwd_low_keep; 0.18 and 8.1 here), again in windows of one round
-    (bl_bwd_workspace::sched_rec_low), which the kernels then walk. Here
-    ~4.5 rounds of columns: two whole windows and a part of one, whose sub-windows are part
-    empty; each keep walks one of the two record sets, and a lost or repeated column would show
-    in dK / dV."""
+    (bl_bwd_workspace::sched_rec_low), which the kernels then walk. Here ~4.5 rounds of columns:
+    two whole windows and a part of one, whose sub-windows are part empty; each keep walks one of
+    the two record sets, and a lost or repeated column would show in dK / dV."""
     seqlen = 1100
     tm, tn = back_lite.num_tiles(seqlen, seqlen, DEV)
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
