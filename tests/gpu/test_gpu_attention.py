@@ -10,6 +10,7 @@ import torch
 
 import back_lite
 import reference as ref
+from back_lite import workspace_pool
 from cuda_required import skip_module_without_cuda_backend
 from inputs import local_qkv, random_qkv
 
@@ -443,6 +444,32 @@ def test_gpu_lists_with_more_units_than_ctas(causal, keep):
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
     gen = torch.Generator(device=DEV).manual_seed(1)
     mask = torch.rand(batch, heads, tm, tn, device=DEV, generator=gen) < keep
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+
+
+@pytest.mark.parametrize("causal,heads_k,keep", [(False, 4, 0.05), (False, 4, 0.15),
+                                                 (False, 4, 0.4), (False, 4, 1.0),
+                                                 (False, 2, 0.15), (True, 4, 0.15)])
+def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep):
+    """Every call's workspace starts as NaN bits (ints -1): the backward must write all it
+    reads (the dq accumulator's zeros, Dlt, the lists, counts, totals, schedule, dq writers), or
+    NaN or stale values reach the gradients. 32 + 1 key tiles of 128: at 5 / 15 / 40 % kept
+    1.6 / 5 / 13 entries per row tile, on version 10 or an 80-row walk as the device picks;
+    100 %: the dense walk; GQA and a causal call too. (Written for the dq-claims probe, which
+    skipped the zeros where version 10 runs: dev/cuda/wip/bwd-dq-claims.patch.)"""
+    real_empty = workspace_pool.empty
+
+    def poisoned(nbytes, device, compressible):
+        return real_empty(nbytes, device, compressible).fill_(0xFF)
+
+    monkeypatch.setattr(workspace_pool, "empty", poisoned)
+    q, k, v = random_qkv(1, 1000, 4100, 4, heads_k, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    tm, tn = back_lite.num_tiles(1000, 4100, DEV)
+    gen = torch.Generator(device=DEV).manual_seed(5)
+    mask = torch.rand(1, 4, tm, tn, device=DEV, generator=gen) < keep
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
