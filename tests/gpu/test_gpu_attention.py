@@ -459,8 +459,10 @@ def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep
     100 %: the dense walk; GQA and a causal call too. (Written for the dq-claims probe, which
     skipped the zeros where version 10 runs: dev/cuda/wip/bwd-dq-claims.patch.)"""
     real_empty = workspace_pool.empty
+    poisoned_bytes = []
 
     def poisoned(nbytes, device, compressible):
+        poisoned_bytes.append(nbytes)
         return real_empty(nbytes, device, compressible).fill_(0xFF)
 
     monkeypatch.setattr(workspace_pool, "empty", poisoned)
@@ -470,7 +472,9 @@ def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep
     tm, tn = back_lite.num_tiles(1000, 4100, DEV)
     gen = torch.Generator(device=DEV).manual_seed(5)
     mask = torch.rand(1, 4, tm, tn, device=DEV, generator=gen) < keep
+    poisoned_bytes.clear()
     got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    assert poisoned_bytes, "the backward's workspace did not come through workspace_pool.empty"
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
