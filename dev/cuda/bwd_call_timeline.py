@@ -1,6 +1,7 @@
 """Where a backward call's GPU time goes, kernel by kernel (torch.profiler / CUPTI timestamps).
 
-    python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D[,HK]] [--kv-heads HK] [--causal] [--calls N]
+    python3 dev/cuda/bwd_call_timeline.py [--shape B,S,H,D[,HK]] [--kv-heads HK] [--causal]
+                                          [--calls N]
                                           [--keeps dense,1.0,0.5,0.03,0.01,negl:0.05]
 
 For each configuration (the dense call, a random tile mask keeping about `keep` of each row

@@ -86,7 +86,8 @@ def main() -> int:
         bar_us = (kept + 0.02) * dense_ms * 1e3
         print(f"| {tuple(shape)} | {causal} | {kept:.3f} | {f['row_share']:.2f} / "
               f"{f['col_share']:.2f} | {total / 1e6:.0f} | {floor_us:.0f} | {bound_us:.0f} | "
-              f"{bar_us:.0f} | {ms * 1e3:.0f} | {bar_us - bound_us:.0f} | {ms * 1e3 - bar_us:.0f} |")
+              f"{bar_us:.0f} | {ms * 1e3:.0f} | {bar_us - bound_us:.0f} | "
+              f"{ms * 1e3 - bar_us:.0f} |")
     return 0
 
 

@@ -74,7 +74,8 @@ def main() -> int:
         dq_err = (pooled[0].float() - plain[0].float()).abs().max().item()
         ok = same_kv and dq_err <= 1e-2 * max(plain[0].float().abs().max().item(), 1e-6)
         bad += not ok
-        print(f"{case}: dK/dV identical {same_kv}, dq max diff {dq_err:.3g} -> {'PASS' if ok else 'FAIL'}")
+        verdict = "PASS" if ok else "FAIL"
+        print(f"{case}: dK/dV identical {same_kv}, dq max diff {dq_err:.3g} -> {verdict}")
     print(f"pool_sanitize: {bad} failed")
     return 1 if bad else 0
 

@@ -622,7 +622,8 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 // column, in the hardware's order) keep the global heaviest-first sort (bl_bwd_schedule_kernel).
 // Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows,
 // then with a static snake walk; the rounds per call now: bl_bwd_schedule_window) 1 x 16k x 16 x
-// 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 % kept -1.6 %, head dim 64 (16k, 4 x 4k) -2..-6 %, dense level; causal at head dim 128
+// 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 % kept -1.6 %, head dim 64 (16k, 4 x 4k)
+// -2..-6 %, dense level; causal at head dim 128
 // (bench/results/bwd-s10-causal-windows.txt, four-round windows, dynamic walk) 32k x 24 dense
 // -5 %, sparse -10..-18 %, 16k x 16 dense level, sparse -3..-9 %. (With the static snake the
 // causal windows had lost 7-8 %: their columns differ too much in length.)
