@@ -6,11 +6,11 @@
 
 For each configuration (the dense call, a random tile mask keeping about `keep` of each row
 tile, as bench/bench_attn.py draws them, or `negl:P`: the selection at negl_prob P from the W of
-the bench's video-grid inputs, the selection kernel in the call) it queues N calls, each behind a ~1 ms sleep kernel so
-that the host has queued the whole call before the GPU reaches it (as in the bench's back-to-back
-calls), and prints per kernel of the call: the median duration, the median gap from the previous
-kernel's end, and the call's span (first kernel start to last kernel end). No ncu: the clocks
-float as in the bench.
+the bench's video-grid inputs, the selection kernel in the call) it queues N calls, each behind a
+~1 ms sleep kernel so that the host has queued the whole call before the GPU reaches it (as in
+the bench's back-to-back calls), and prints per kernel (or memset / copy) of the call: the
+median duration, the median gap from the previous one's end, and the call's span (first start
+to last end). No ncu: the clocks float as in the bench.
 
 With --nvtx it times nothing: per configuration two warm-up calls, then one call inside an NVTX
 range `bl_call`, for ncu to profile alone (its DRAM bytes per kernel: dev/cuda/ncu_dram.py):
@@ -35,8 +35,15 @@ from back_lite import functional as blf  # noqa: E402
 SLEEP_CYCLES = 2_000_000  # ~1 ms at 1.98 GHz: longer than the host needs to queue one call
 
 
+# The GPU work a call's span must count: kernels, and the driver's memsets and copies (a memset
+# queued in the call -- the eighty-fourth session's zeros probe -- was missing from its span
+# while only "kernel" events were read).
+GPU_EVENT_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
 def kernel_events(prof) -> list:
-    """[(name, start us, duration us)] of the GPU kernels in a finished profile, by start."""
+    """[(name, start us, duration us)] of the GPU kernels, memsets and copies in a finished
+    profile, by start."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     prof.export_chrome_trace(path)
@@ -44,7 +51,7 @@ def kernel_events(prof) -> list:
         trace = json.load(f)
     os.unlink(path)
     ev = [(e["name"], float(e["ts"]), float(e["dur"])) for e in trace["traceEvents"]
-          if e.get("ph") == "X" and e.get("cat") == "kernel"]
+          if e.get("ph") == "X" and e.get("cat") in GPU_EVENT_CATS]
     return sorted(ev, key=lambda e: e[1])
 
 
