@@ -36,8 +36,8 @@ SLEEP_CYCLES = 2_000_000  # ~1 ms at 1.98 GHz: longer than the host needs to que
 
 
 # The GPU work a call's span must count: kernels, and the driver's memsets and copies (a memset
-# queued in the call -- the eighty-fourth session's zeros probe -- was missing from its span
-# while only "kernel" events were read).
+# queued in the call was missing from its span while only "kernel" events were read:
+# bench/results/bwd-s84-zeros-probe.txt).
 GPU_EVENT_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
 
 

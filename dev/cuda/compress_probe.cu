@@ -81,12 +81,8 @@ static float *alloc_compressible(size_t bytes, bool *granted, size_t *mapped) {
     return reinterpret_cast<float *>(p);
 }
 
-// The preprocess's shape: per 8 elements of a row, read out and dO (bf16), a partial dot (kept
-// live by a conditional store), and 8 zeros of the accumulator.
-__global__ void pre_kernel(const uint4 *out, const uint4 *dout, float4 *acc, float *sink,
-                           int64_t vecs, bool zeros) {
-    const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x;
-    if (i >= vecs) return;
+// Thread i's partial Dlt: 8 elements of a row of out and of dO (bf16).
+__device__ __forceinline__ float dlt_dot(const uint4 *out, const uint4 *dout, int64_t i) {
     const uint4 a = out[i], b = dout[i];
     const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(&a);
     const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(&b);
@@ -96,49 +92,52 @@ __global__ void pre_kernel(const uint4 *out, const uint4 *dout, float4 *acc, flo
         const float2 u = __bfloat1622float2(x[e]), v = __bfloat1622float2(y[e]);
         dot += u.x * v.x + u.y * v.y;
     }
+    return dot;
+}
+
+// Thread i's 8 accumulator zeros as the preprocess writes them: 32 bytes of its own, two float4
+// stores that each fill half of every sector the warp touches.
+__device__ __forceinline__ void zeros_own(float4 *acc, int64_t i) {
+    acc[2 * i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    acc[2 * i + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// The CTA's 2 x THREADS float4 zeros (of 2 * vecs in all) as two runs across the CTA: every
+// store instruction fills whole sectors.
+__device__ __forceinline__ void zeros_runs(float4 *acc, int64_t vecs) {
+    float4 *z = acc + (int64_t)blockIdx.x * 2 * THREADS;
+    const int64_t left = 2 * vecs - (int64_t)blockIdx.x * 2 * THREADS;
+    if (threadIdx.x < left) z[threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (THREADS + threadIdx.x < left) z[THREADS + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// The preprocess's shape: per 8 elements of a row, read out and dO (bf16), a partial dot (kept
+// live by a conditional store), and 8 zeros of the accumulator.
+__global__ void pre_kernel(const uint4 *out, const uint4 *dout, float4 *acc, float *sink,
+                           int64_t vecs, bool zeros) {
+    const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (i >= vecs) return;
+    const float dot = dlt_dot(out, dout, i);
     if (dot == 12345.f) sink[0] = dot;
-    if (zeros) {
-        acc[2 * i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        acc[2 * i + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    if (zeros) zeros_own(acc, i);
 }
 
 // The accumulator's zeros alone, 8 floats a thread as the preprocess writes them.
 __global__ void zero_kernel(float4 *acc, int64_t vecs) {
     const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x;
-    if (i >= vecs) return;
-    acc[2 * i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    acc[2 * i + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i < vecs) zeros_own(acc, i);
 }
 
-// The same zeros with each store instruction one contiguous run across the CTA (whole sectors).
-__global__ void zero_kernel_runs(float4 *acc, int64_t vecs) {
-    float4 *a = acc + (int64_t)blockIdx.x * 2 * THREADS;
-    const int64_t left = 2 * vecs - (int64_t)blockIdx.x * 2 * THREADS;
-    if (threadIdx.x < left) a[threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (THREADS + threadIdx.x < left) a[THREADS + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
-}
+// The same zeros as runs across the CTA.
+__global__ void zero_kernel_runs(float4 *acc, int64_t vecs) { zeros_runs(acc, vecs); }
 
-// The preprocess's shape with those zeros.
+// The preprocess's shape with those zeros (no early return: the CTA's runs cover its threads').
 __global__ void pre_kernel_runs(const uint4 *out, const uint4 *dout, float4 *acc, float *sink,
                                 int64_t vecs) {
     const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x;
-    float dot = 0.f;
-    if (i < vecs) {
-        const uint4 a = out[i], b = dout[i];
-        const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(&a);
-        const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(&b);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 u = __bfloat1622float2(x[e]), v = __bfloat1622float2(y[e]);
-            dot += u.x * v.x + u.y * v.y;
-        }
-    }
+    const float dot = i < vecs ? dlt_dot(out, dout, i) : 0.f;
     if (dot == 12345.f) sink[0] = dot;
-    float4 *z = acc + (int64_t)blockIdx.x * 2 * THREADS;
-    const int64_t left = 2 * vecs - (int64_t)blockIdx.x * 2 * THREADS;
-    if (threadIdx.x < left) z[threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (THREADS + threadIdx.x < left) z[THREADS + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
+    zeros_runs(acc, vecs);
 }
 
 // One entry's dQ into a share of the row tiles: tile t takes `adds` adds where its hash falls
@@ -255,7 +254,7 @@ static void run_shape(const char *name, int64_t rows) {
     row("postprocess alone (after the 3 % chain)", [&](float4 *acc) {
         post_kernel<<<grid, THREADS>>>(acc, dq, vecs);
     });
-    // Who else could write the zeros (eighty-fourth session): the driver's memset, alone, before
+    // Who else could write the zeros (bench/results/bwd-s84-zeros-probe.txt): the driver's memset, alone, before
     // the Dlt pass, and beside it on a second stream (the Dlt pass and the zeros then share the
     // memory system but not a kernel).
     row("zeros alone (kernel, 8 floats a thread)", [&](float4 *acc) {
