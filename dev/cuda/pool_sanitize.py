@@ -35,6 +35,10 @@ CASES = [
     # non-causal head dim 128 keeping 3 %: the low-keep records (sched_rec_low) of 576 columns,
     # two whole schedule windows and a part of one on 132 SMs
     (1, 1100, 1100, 64, 64, 128, False, "mask:0.03"),
+    # split calls (bl_bwd_head_split) at both head dims: each column's dK / dV summed by the CTA
+    # that counts its last part (bwd_split_sum_sm90.cuh)
+    (1, 700, 520, 8, 1, 128, True, "mask:0.5"),
+    (2, 300, 400, 4, 1, 64, False, "mask"),
 ]
 
 

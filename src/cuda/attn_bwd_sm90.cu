@@ -338,6 +338,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.diag = dm.seqlen_k - dm.seqlen_q;
     p.head_split = 1;
     p.dkv_part = NULL;
+    p.dkv_done = NULL;
     const int64_t num_cols = dm.batch * dm.heads_k * dm.tiles_n;
     const bool bf16 = d->dtype == BL_DTYPE_BF16;
     const bool tma_rows =
@@ -419,7 +420,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (ws64_ships ||
         (v10_ships && (masked || rows80 || g_variant == BL_BWD_VARIANT_WS128_ROWS64))) {
         p.head_split = bl_bwd_head_split(dm, d->causal != 0);
-        if (p.head_split > 1 && ws.dkv_part == NULL)
+        if (p.head_split > 1 && (ws.dkv_part == NULL || ws.dkv_done == NULL))
             return bl_set_error(BL_ERR_INTERNAL, "head split %d without partials", p.head_split);
     }
     // A masked call may use fewer of those parts, picked on the device from its totals.
@@ -449,6 +450,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, selecting, &ws, stream));
     p.dkv_part = ws.dkv_part;
+    p.dkv_done = ws.dkv_done;
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, &ws, stream));
     p.sched_rec_low = ws.sched_rec_low;
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
@@ -506,10 +508,6 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
             return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: dq-rows path without version 10");
         layout = perm ? BL_DQ_ROWS_PERMUTED : BL_DQ_ROWS;
     }
-    // a split call's dK / dV from the partials of whichever kernel ran (never with dq_rows)
-    if (p.head_split > 1)
-        BL_TRY(bl_bwd_dkv_reduce_launch(dm, d->dtype, d->scale, p.head_split, p.split_rule,
-                                        p.totals, dk, dv, &ws, stream));
     if (dq_rows) return BL_OK;  // dq written by the dq-rows kernel
 
     return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, layout, p.dq_direct != 0, dq, &ws,

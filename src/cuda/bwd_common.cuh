@@ -72,8 +72,11 @@ struct bl_bwd_workspace {
     int4 *sched_rec_low;
     int *sched_next;  // the persistent kernel's next schedule position minus the grid; 0 at start
     // (2, P, B, Sk, Hk, D) fp32: a split call's dK and dV partials, one per part of each
-    // column's query heads (bl_bwd_head_split), summed by bl_bwd_dkv_reduce_launch
+    // column's query heads (bl_bwd_head_split), summed inside the main kernel by the CTA that
+    // stores a column's last part (bwd_split_sum_sm90.cuh)
     float *dkv_part;
+    // (B*Hk*Tn): the parts of each column stored so far; zeroed by the preprocess
+    int *dkv_done;
 };
 
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
@@ -235,7 +238,8 @@ bl_bwd_dims bl_bwd_make_dims(const bl_attn_desc *d);
 // query heads of it; where the columns are too few for the SMs -- few kv heads (GQA / MQA after
 // tensor parallelism), short sequences, causal columns as long as two average ones -- the call's
 // time is its longest column's. A split column is P columns of G / P heads each, whose dK / dV go
-// to fp32 partials (bl_bwd_workspace::dkv_part) that bl_bwd_dkv_reduce_launch sums; every main
+// to fp32 partials (bl_bwd_workspace::dkv_part) that the CTA storing a column's last part sums
+// (bwd_split_sum_sm90.cuh); every main
 // kernel a call may pick has a SPLIT form (a part's entries: one run of the column's list).
 // bwd_prepost_sm90.cu; the workspace holds the partials of the larger of the causal and
 // non-causal choices.
@@ -353,14 +357,6 @@ bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_ten
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
                                     bl_dq_layout layout, bool dq_direct, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream);
-
-// bwd_prepost_sm90.cu: dk = scale * (sum of the split parts' dK partials), dv = the sum of
-// theirs, in the dtype (a split call: bl_bwd_head_split). totals (NULL: none) and rule: the
-// parts the main kernels used (bl_bwd_split_parts); the partials keep split's layout.
-bl_status bl_bwd_dkv_reduce_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale, int split,
-                                   const bl_bwd_split_rule &rule,
-                                   const unsigned long long *totals, bl_tensor dk, bl_tensor dv,
-                                   const bl_bwd_workspace *ws, cudaStream_t stream);
 
 // Main-kernel variant of bl_cuda_backward: a development switch for dev/cuda/attn_bwd.cu.
 //   WGMMA: the shipped kernels (head dim 64: bwd_ws64_sm90.cuh; 128: bwd_ws128_sm90.cuh; where

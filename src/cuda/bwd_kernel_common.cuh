@@ -89,6 +89,10 @@ struct bwd_params {
     // walked in place of sched_rec where the totals say the call keeps little (ws_records).
     // Last, for the reason dq_writers gives.
     const int4 *sched_rec_low;
+    // A split call's parts counted per column (bl_bwd_workspace::dkv_done): the CTA whose count
+    // completes a column sums its partials (ws_split_sum_column). Last, for the reason
+    // dq_writers gives.
+    int *dkv_done;
 };
 
 // The schedule records a head-dim-128 kernel walks (read after the totals are complete).

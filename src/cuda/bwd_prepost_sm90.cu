@@ -212,6 +212,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     const size_t part_floats =
         split > 1 ? 2 * split * (size_t)(dm.batch * dm.seqlen_k * dm.heads_k * dm.head_dim) : 0;
     size_t o_part = ws_take(&off, part_floats * sizeof(float));
+    size_t o_done = ws_take(&off, split > 1 ? cols * sizeof(int) : 0);
     size_t o_next = ws_take(&off, sizeof(int));
     size_t o_unkept = ws_take(&off, 2 * BL_BWD_TM_DENSE * sizeof(float));
     if (base && ws) {
@@ -232,6 +233,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->unkept_rows = (float *)(p + o_unkept);
         ws->dq_writers = (uint8_t *)(p + o_writers);
         ws->dkv_part = part_floats ? (float *)(p + o_part) : NULL;
+        ws->dkv_done = split > 1 ? (int *)(p + o_done) : NULL;
     }
     return off + BWD_WS_ALIGN;  // slack: the caller's base need only be 16-byte aligned
 }
@@ -280,7 +282,8 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // dq_accum: its first zero_rows * B * Hq * D floats zeroed, 8 per thread in thread order:
 // zero_rows = Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
 // (bl_bwd_dq_accum_rows, <= Sq_pad, so the grid covers the range). unkept_rows
-// (bl_bwd_workspace) is filled too.
+// (bl_bwd_workspace) is filled too, and a split call's dkv_done (done_cols ints; NULL: none)
+// zeroed.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
 bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
@@ -288,7 +291,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          int64_t do_sb, int64_t do_ss, int64_t do_sh,
                          const float *__restrict__ lse, float *__restrict__ dlt,
                          float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                         int64_t zero_rows, float *__restrict__ unkept_rows) {
+                         int64_t zero_rows, float *__restrict__ unkept_rows,
+                         int *__restrict__ dkv_done, int64_t done_cols) {
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -297,6 +301,9 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     // No early return: the whole warp takes part in the shuffles below.
     const bool live = row < rows;
     if (tid < 2 * BL_BWD_TM_DENSE) unkept_rows[tid] = tid < BL_BWD_TM_DENSE ? INFINITY : 0.0f;
+    // (a stride: with Sq << Sk the columns can outnumber the threads)
+    if (dkv_done)
+        for (int64_t c = tid; c < done_cols; c += (int64_t)gridDim.x * PP_THREADS) dkv_done[c] = 0;
     const int64_t i = row % dm.seqlen_q_pad;
     const int64_t h = (row / dm.seqlen_q_pad) % dm.heads_q;
     const int64_t b = row / (dm.heads_q * dm.seqlen_q_pad);
@@ -580,63 +587,6 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     }
 }
 
-// A split call's dK and dV (bl_bwd_head_split): the sum of the parts' fp32 partials,
-// (2, P, B, Sk, Hk, D), times scale for dK, in the dtype. One 16-byte vector of the output per
-// thread (PP_VEC elements), its P partial pairs read as float4s.
-template <typename T>
-__global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_dkv_reduce_kernel(bl_bwd_dims dm, float scale, int split, bl_bwd_split_rule rule,
-                         const unsigned long long *__restrict__ totals,
-                         const float *__restrict__ part,
-                         uint16_t *__restrict__ dk, int64_t k_sb, int64_t k_ss, int64_t k_sh,
-                         uint16_t *__restrict__ dv, int64_t v_sb, int64_t v_ss, int64_t v_sh) {
-    const int64_t vecs_per_row = dm.head_dim / PP_VEC;
-    const int64_t n = dm.batch * dm.seqlen_k * dm.heads_k * vecs_per_row;  // per tensor
-    const int64_t item = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
-    if (item >= 2 * n) return;
-    const int x = item >= n;  // 0: dK, 1: dV
-    const int64_t e = item - x * n;
-    const int64_t c = (e % vecs_per_row) * PP_VEC;
-    const int64_t row = e / vecs_per_row;  // (b, s, h) in (B, Sk, Hk) order
-    const int64_t h = row % dm.heads_k, bs = row / dm.heads_k;
-    const int64_t s = bs % dm.seqlen_k, b = bs / dm.seqlen_k;
-    const int64_t part_stride = n * PP_VEC;  // floats of one part of one tensor
-    const float4 *src =
-        reinterpret_cast<const float4 *>(part + (int64_t)x * split * part_stride + row * dm.head_dim + c);
-    float acc[PP_VEC] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    const int parts = bl_bwd_split_parts(split, rule, totals);  // the main kernels' (same inputs)
-    for (int j = 0; j < parts; ++j) {
-        const float4 lo = src[j * part_stride / 4], hi = src[j * part_stride / 4 + 1];
-        acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
-        acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
-    }
-    const float mul = x == 0 ? scale : 1.0f;
-    uint16_t *dst = x == 0 ? dk + b * k_sb + s * k_ss + h * k_sh + c
-                           : dv + b * v_sb + s * v_ss + h * v_sh + c;
-    bl_vec16 o;
-#pragma unroll
-    for (int i = 0; i < PP_VEC; ++i) o.h[i] = float_to_bits<T>(acc[i] * mul);
-    *reinterpret_cast<uint4 *>(dst) = o.u;
-}
-
-bl_status bl_bwd_dkv_reduce_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale, int split,
-                                   const bl_bwd_split_rule &rule,
-                                   const unsigned long long *totals, bl_tensor dk, bl_tensor dv,
-                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
-    if (ws->dkv_part == NULL)
-        return bl_set_error(BL_ERR_INTERNAL, "dK / dV split %d without partials", split);
-    const int64_t items = 2 * dm.batch * dm.seqlen_k * dm.heads_k * (dm.head_dim / PP_VEC);
-    const unsigned blocks = (unsigned)((items + PP_THREADS - 1) / PP_THREADS);
-    auto kernel = dtype == BL_DTYPE_BF16 ? bl_bwd_dkv_reduce_kernel<__nv_bfloat16>
-                                         : bl_bwd_dkv_reduce_kernel<__half>;
-    kernel<<<blocks, PP_THREADS, 0, stream>>>(dm, scale, split, rule, totals, ws->dkv_part,
-                                              (uint16_t *)dk.data, dk.stride_b, dk.stride_s,
-                                              dk.stride_h, (uint16_t *)dv.data, dv.stride_b,
-                                              dv.stride_s, dv.stride_h);
-    BL_CUDA_CHECK_LAUNCH("bl_bwd_dkv_reduce_kernel");
-    return BL_OK;
-}
-
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
                                   const float *lse, bl_dq_layout layout,
@@ -649,12 +599,12 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                             (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
                             (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
-                            ws->unkept_rows));
+                            ws->unkept_rows, ws->dkv_done, dm.batch * dm.heads_k * dm.tiles_n));
     return BL_OK;
 }
 
 // Each conversion kernel is the programmatic dependent of the kernel before it (the last main
-// kernel, or the split's dK / dV reduction): its CTAs may take the SMs as that kernel's leave
+// kernel): its CTAs may take the SMs as that kernel's leave
 // them, and every CTA waits (griddepcontrol.wait) for it to complete before reading anything, so
 // only the launch's latency leaves the call's critical path. That kernel completes after all
 // before it: it is a plain launch, or (an 80-row kernel of a masked call) waits for the one

@@ -28,6 +28,7 @@
 //     warpgroups' halves).
 #pragma once
 #include "bwd_wgmma_sm90.cuh"
+#include "bwd_split_sum_sm90.cuh"
 
 namespace bl_bwd {
 
@@ -844,6 +845,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             __syncwarp();
             if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * sb);
         }
+        // the column's dK / dV where this CTA stored its last part (the producer meanwhile loads
+        // the next column's first row tiles)
+        if constexpr (SPLIT) ws_split_sum_column<T, 128>(p, cl.b, cl.g, cl.n, ct);
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns

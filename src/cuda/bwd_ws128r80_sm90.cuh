@@ -938,6 +938,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         bl_fence_proxy_async();
         __syncwarp();
         if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
+        // the column's dK / dV where this CTA stored its last part
+        if constexpr (SPLIT) ws_split_sum_column<T, 128>(p, cl.b, cl.g, cl.n, ct);
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns

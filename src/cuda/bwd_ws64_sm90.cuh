@@ -517,6 +517,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     } else {
         store_dkv();  // zeros: nothing was loaded
     }
+    // the column's dK / dV where this CTA stored its last part (after the dQ staging, so that
+    // the reducer's adds run beside the sum)
+    if constexpr (SPLIT) ws_split_sum_column<T, D>(p, b, g, n, ct);
     if (ct == 0) {
         bulk_wait_group_read<0>();  // the staging outlives the stores' reads
         BL_TL64(true, 4);

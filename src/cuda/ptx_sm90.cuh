@@ -59,6 +59,17 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void named_barrier_sync(int id, int nthreads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
+// The same barrier, returning whether `pred` held in any of the `nthreads` threads (bar.red.or).
+__device__ __forceinline__ bool named_barrier_or(int id, int nthreads, bool pred) {
+    uint32_t any;
+    asm volatile(
+        "{\n .reg .pred in, out;\n setp.ne.u32 in, %1, 0;\n"
+        " bar.red.or.pred out, %2, %3, in;\n selp.u32 %0, 1, 0, out;\n}\n"
+        : "=r"(any)
+        : "r"((uint32_t)pred), "r"(id), "r"(nthreads)
+        : "memory");
+    return any != 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Fast transcendental functions (MUFU): base-2, relative error ~2^-22, ex2(-inf) = 0,

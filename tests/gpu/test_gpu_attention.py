@@ -448,15 +448,18 @@ def test_gpu_lists_with_more_units_than_ctas(causal, keep):
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
-@pytest.mark.parametrize("causal,heads_k,keep", [(False, 4, 0.05), (False, 4, 0.15),
-                                                 (False, 4, 0.4), (False, 4, 1.0),
-                                                 (False, 2, 0.15), (True, 4, 0.15)])
-def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep):
+@pytest.mark.parametrize("causal,heads_k,keep,head_dim", [
+    (False, 4, 0.05, 128), (False, 4, 0.15, 128), (False, 4, 0.4, 128), (False, 4, 1.0, 128),
+    (False, 2, 0.15, 128), (True, 4, 0.15, 128), (True, 1, 0.4, 128), (False, 1, 0.15, 64)])
+def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep, head_dim):
     """Every call's workspace starts as NaN bits (ints -1): the backward must write all it
-    reads (the dq accumulator's zeros, Dlt, the lists, counts, totals, schedule, dq writers), or
-    NaN or stale values reach the gradients. 32 + 1 key tiles of 128: at 5 / 15 / 40 % kept
-    1.6 / 5 / 13 entries per row tile, on version 10 or an 80-row walk as the device picks;
-    100 %: the dense walk; GQA and a causal call too. (Written for the dq-claims probe, which
+    reads (the dq accumulator's zeros, Dlt, the lists, counts, totals, schedule, dq writers, a
+    split call's per-column part counts), or NaN or stale values reach the gradients. 32 + 1
+    key tiles of 128: at 5 / 15 / 40 % kept 1.6 / 5 / 13 entries per row tile, on version 10 or
+    an 80-row walk as the device picks; 100 %: the dense walk; GQA and a causal call too. With
+    2 or 1 kv heads the 66 / 33 columns are too few for the SMs: those calls split each
+    column's query heads (bl_bwd_head_split), at head dim 64 too, and their dK / dV are summed
+    by whichever CTA counts a column's last part. (Written for the dq-claims probe, which
     skipped the zeros where version 10 runs: dev/cuda/wip/bwd-dq-claims.patch.)"""
     real_empty = workspace_pool.empty
     poisoned_bytes = []
@@ -466,7 +469,7 @@ def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep
         return real_empty(nbytes, device, compressible).fill_(0xFF)
 
     monkeypatch.setattr(workspace_pool, "empty", poisoned)
-    q, k, v = random_qkv(1, 1000, 4100, 4, heads_k, 128, torch.bfloat16, DEV)
+    q, k, v = random_qkv(1, 1000, 4100, 4, heads_k, head_dim, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
     tm, tn = back_lite.num_tiles(1000, 4100, DEV)
