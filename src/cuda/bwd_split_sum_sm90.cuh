@@ -9,8 +9,9 @@
 // counts itself into its column's counter (bwd_params::dkv_done, zeroed by the preprocess) once
 // its partials are out, and the one that completes the count sums the column's partials -- in
 // part order, as that kernel did, so dK / dV keep their bits from call to call whatever order the
-// parts end in -- and writes dK (times scale) and dV in the dtype, while the other SMs still
-// work on other columns.
+// parts end in -- and writes dK (times scale) and dV in the dtype: at once in the head-dim-64
+// kernel (a CTA per column and part), after its last column in the persistent head-dim-128
+// ones, so that CTAs that run out of columns early sum while others still work.
 #pragma once
 #include "bwd_kernel_common.cuh"
 #include "bwd_ptx.cuh"
@@ -21,55 +22,140 @@ namespace bl_bwd {
 // Named barrier of the consumer threads for the count (the kernels' others: 1-4).
 constexpr int WS_BAR_SPLIT_SUM = 5;
 
-// Called by all THREADS consumer threads (`ct` 0..THREADS-1) of a CTA once each has stored its
-// partials of column (b, g, n); returns when the column is done, or this CTA is not its last.
-// Not inlined: inlined, its address arithmetic was hoisted out of the callers' column loops and
-// the head-dim-128 SPLIT forms spilled 14-23 registers inside their entry loops
-// (dev/cuda/sass_loops.py).
+// The functions below start by passing the kernel parameters' address and their arguments
+// through an empty asm statement: else ptxas's loop-invariant motion lifts their address
+// arithmetic and parameter loads in front of the callers' column loops, and the head-dim-64 and
+// -128 SPLIT forms spilled inside their entry loops (tests/gpu/test_gpu_sass.py).
+#define BL_SPLIT_OPAQUE(p, ...)                       \
+    const bwd_params *p##_at = &p##_in;               \
+    asm volatile("" : "+l"(p##_at), __VA_ARGS__);     \
+    const bwd_params &p = *p##_at
+
+// Column (b, g, n)'s dK (times scale) and dV in the dtype: the sum of its `parts` partials, read
+// by all THREADS consumer threads (`ct`) once every part is stored. One float4 of a key's
+// partial row per thread: ROW_VECS threads a row, ROWS_PER_STEP keys at a time. The loads go
+// out CHUNK keys x two parts at a time: one CTA reads the column's P x 256 KB (head dim 128),
+// and a row at a time, its parts in turn, that took ~75 us a call more than the separate kernel's
+// ~40 (bench/results/bwd-s86-split-sum.txt, call 1).
 template <typename T, int D>
-__device__ __noinline__ void ws_split_sum_column(const bwd_params &p, int64_t b, int64_t g,
-                                                    int64_t n, int ct) {
+__device__ __forceinline__ void ws_split_sum_rows(const bwd_params &p, int parts, int64_t b,
+                                                  int64_t g, int64_t n, int ct) {
     const bl_bwd_dims &dm = p.dm;
-    // Release: every thread's partial stores before the count (fence, then the barrier that
+    constexpr int ROW_VECS = D / 4;
+    constexpr int ROWS_PER_STEP = THREADS / ROW_VECS;  // 8 (D = 128) or 16 (64)
+    constexpr int STEPS = BN / ROWS_PER_STEP;
+    constexpr int CHUNK = 8;
+    static_assert(THREADS % ROW_VECS == 0 && STEPS % CHUNK == 0, "whole chunks");
+    const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
+    const int64_t key_floats = dm.heads_k * D;
+    const int64_t key0 = n * BN + ct / ROW_VECS;  // this thread's first key
+    const int c = (ct % ROW_VECS) * 4;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {  // 0: dK, 1: dV
+        const float *src = p.dkv_part + (int64_t)x * p.head_split * part_floats +
+                           ((b * dm.seqlen_k + key0) * dm.heads_k + g) * D + c;
+        T *dst = x == 0 ? static_cast<T *>(p.dk) + b * p.dk_sb + key0 * p.dk_ss + g * p.dk_sh + c
+                        : static_cast<T *>(p.dv) + b * p.dv_sb + key0 * p.dv_ss + g * p.dv_sh + c;
+        const int64_t dst_step = (x == 0 ? p.dk_ss : p.dv_ss) * ROWS_PER_STEP;
+        const float mul = x == 0 ? p.scale : 1.0f;
+#pragma unroll
+        for (int s0 = 0; s0 < STEPS; s0 += CHUNK) {
+            // from +0 in part order, as the former reduction kernel summed: the same bits, and
+            // the same in every call whatever order the parts end in
+            float4 acc[CHUNK];
+#pragma unroll
+            for (int i = 0; i < CHUNK; ++i) acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+            for (int j = 0; j < parts; ++j) {
+#pragma unroll
+                for (int i = 0; i < CHUNK; ++i) {
+                    const int64_t step = s0 + i;
+                    if (key0 + step * ROWS_PER_STEP >= dm.seqlen_k) continue;  // none stored
+                    const float4 v = __ldcg(reinterpret_cast<const float4 *>(
+                        src + j * part_floats + step * ROWS_PER_STEP * key_floats));
+                    acc[i].x += v.x; acc[i].y += v.y; acc[i].z += v.z; acc[i].w += v.w;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < CHUNK; ++i) {
+                const int64_t step = s0 + i;
+                if (key0 + step * ROWS_PER_STEP >= dm.seqlen_k) continue;
+                *reinterpret_cast<uint2 *>(dst + step * dst_step) =
+                    make_uint2(bl_pack2<T>(acc[i].x * mul, acc[i].y * mul),
+                               bl_pack2<T>(acc[i].z * mul, acc[i].w * mul));
+            }
+        }
+    }
+}
+
+// Counts this CTA's part of column `col` ((b, Hk, Tn) order; read only in thread 0), called by
+// all THREADS consumer threads once each has stored its partials; true in thread 0 where that
+// completed the column's count.
+__device__ __forceinline__ bool ws_split_count(const bwd_params &p, int parts, int col, int ct) {
+    // Release: every thread's partial stores before the count (a fence, then the barrier that
     // orders them before thread 0's atomic).
     __threadfence();
     named_barrier_sync(WS_BAR_SPLIT_SUM, THREADS);
-    bool last = false;
-    if (ct == 0) {
-        const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
-        int *done = p.dkv_done + (b * dm.heads_k + g) * dm.tiles_n + n;
-        last = atomicAdd(done, 1) == parts - 1;
-    }
-    if (!named_barrier_or(WS_BAR_SPLIT_SUM, THREADS, last)) return;
-    __threadfence();  // acquire: the other parts' partials, read below past L1 (ld.global.cg)
+    if (ct != 0) return false;
+    if (atomicAdd(p.dkv_done + col, 1) != parts - 1) return false;
+    __threadfence();  // acquire: the other parts' partials
+    return true;
+}
 
-    // One float4 of a partial row per thread and step: D / 4 threads a key's row, dK's BN rows
-    // then dV's.
-    constexpr int ROW_VECS = D / 4;
-    constexpr int ROWS_PER_STEP = THREADS / ROW_VECS;
-    static_assert(THREADS % ROW_VECS == 0 && (2 * BN) % ROWS_PER_STEP == 0, "whole steps");
+// Head dim 64 (a CTA per column and part): the column's dK / dV where this CTA's part completed
+// its count, at once.
+template <typename T, int D>
+__device__ __forceinline__ void ws_split_sum_column(const bwd_params &p_in, int64_t b, int64_t g,
+                                                    int64_t n, int ct) {
+    BL_SPLIT_OPAQUE(p, "+l"(b), "+l"(g), "+l"(n), "+r"(ct));
     const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
-    const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
-    const int c = (ct % ROW_VECS) * 4;
-#pragma unroll 4
-    for (int r = ct / ROW_VECS; r < 2 * BN; r += ROWS_PER_STEP) {
-        const int x = r / BN;  // 0: dK, 1: dV
-        const int64_t key = n * BN + r % BN;
-        if (key >= dm.seqlen_k) continue;  // no partial there (ws_store_dkv_part)
-        const float *src = p.dkv_part + (int64_t)x * p.head_split * part_floats +
-                           ((b * dm.seqlen_k + key) * dm.heads_k + g) * D + c;
-        // from +0, as the former reduction kernel summed (the same bits): a -0 partial sum gives +0
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int j = 0; j < parts; ++j) {
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(src + j * part_floats));
-            acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-        }
-        const float mul = x == 0 ? p.scale : 1.0f;
-        T *dst = x == 0 ? static_cast<T *>(p.dk) + b * p.dk_sb + key * p.dk_ss + g * p.dk_sh + c
-                        : static_cast<T *>(p.dv) + b * p.dv_sb + key * p.dv_ss + g * p.dv_sh + c;
-        *reinterpret_cast<uint2 *>(dst) =
-            make_uint2(bl_pack2<T>(acc.x * mul, acc.y * mul), bl_pack2<T>(acc.z * mul, acc.w * mul));
+    const int col = (int)((b * p.dm.heads_k + g) * p.dm.tiles_n + n);  // < 2^31 (ws_decode)
+    const bool last = ws_split_count(p, parts, col, ct);
+    if (!named_barrier_or(WS_BAR_SPLIT_SUM, THREADS, last)) return;
+    __threadfence();  // (the partials are read past L1: ld.global.cg)
+    ws_split_sum_rows<T, D>(p, parts, b, g, n, ct);
+}
+
+// The persistent head-dim-128 kernels count each column in their column loop
+// (ws_split_count_column) and sum the columns whose count they completed after it
+// (ws_split_sum_owned): summed in the loop, the sum's registers made ptxas spill inside the entry
+// loops, inlined or called (tests/gpu/test_gpu_sass.py). Those columns form a list: its head in
+// shared memory (at `s_split`, -1 when empty), each column's link in its counter, which nothing
+// reads again in the call. Thread 0 also keeps the current column's index there (at s_split +
+// 4, from ws_split_column_start): the column's fields kept in registers across the entry loop
+// spilled inside it in the 80-row kernel's whole-key-tile forms.
+// `s_split`: the shared-memory address of those two ints (WS_SPLIT_HEAD in the mbarriers' area).
+__device__ __forceinline__ void ws_split_list_init(uint32_t s_split) {  // thread 0, before
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_split), "r"(-1) : "memory");
+}
+__device__ __forceinline__ void ws_split_count_column(const bwd_params &p_in, int64_t b, int64_t g,
+                                                      int64_t n, int ct, uint32_t s_split) {
+    BL_SPLIT_OPAQUE(p, "+l"(b), "+l"(g), "+l"(n), "+r"(ct), "+r"(s_split));
+    const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
+    const int col = (int)((b * p.dm.heads_k + g) * p.dm.tiles_n + n);  // < 2^31 (ws_decode)
+    if (!ws_split_count(p, parts, col, ct)) return;
+    int head;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(head) : "r"(s_split) : "memory");
+    p.dkv_done[col] = head;
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_split), "r"(col) : "memory");
+}
+// (A call, not inlined: after the column loop nothing is live across it, and its registers stay
+// out of the kernel's allocation.)
+template <typename T>
+__device__ __noinline__ void ws_split_sum_owned(const bwd_params &p_in, int ct, uint32_t s_split) {
+    BL_SPLIT_OPAQUE(p, "+r"(ct), "+r"(s_split));
+    __threadfence();  // thread 0's links
+    named_barrier_sync(WS_BAR_SPLIT_SUM, THREADS);
+    const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
+    const int tn = (int)p.dm.tiles_n, hk = (int)p.dm.heads_k;
+    int first;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(first) : "r"(s_split) : "memory");
+    for (int col = first; col >= 0; col = __ldcg(p.dkv_done + col)) {
+        const int bg = col / tn;
+        ws_split_sum_rows<T, 128>(p, parts, bg / hk, bg % hk, col % tn, ct);
     }
 }
+
+#undef BL_SPLIT_OPAQUE
 
 }  // namespace bl_bwd

@@ -72,6 +72,12 @@ static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room fo
 constexpr uint32_t WS_DQ_FLAGS = ws_bars::BYTES;
 static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_DQ_FLAGS + 4 * sizeof(int),
               "room for the dQ flags");
+// A split call's list of the columns the CTA sums after its last, and the current column
+// (ws_split_count_column): two ints after the dQ flags, 8-byte aligned.
+constexpr uint32_t WS_SPLIT_HEAD = WS_DQ_FLAGS + 4 * sizeof(int);
+static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_SPLIT_HEAD + 2 * sizeof(int) &&
+                  WS_SPLIT_HEAD % 8 == 0,
+              "room for the split list");
 static_assert(wg_smem<128>::BARS % 16 == 0, "TMA writes the column records 16-byte aligned");
 
 // TMA of a column's K and V tiles (keys key0.., kv head g, batch b; zero past Sk) into the BN-row
@@ -561,6 +567,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 
     int g0 = 0;  // the CTA's entries before this column: the rings' position
     int kc = 0;  // the CTA's K / V loads before this column
+    if (SPLIT && ct == 0) ws_split_list_init(bars + WS_SPLIT_HEAD);
     for (int k = 0;; ++k) {
         BL_TLCOL(ct == 0, 0, 0, 0);
         ws_column cl = ws_take_column(p, bars, col_slots, k);
@@ -845,12 +852,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             __syncwarp();
             if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * sb);
         }
-        // the column's dK / dV where this CTA stored its last part (the producer meanwhile loads
-        // the next column's first row tiles)
-        if constexpr (SPLIT) ws_split_sum_column<T, 128>(p, cl.b, cl.g, cl.n, ct);
+        if constexpr (SPLIT) ws_split_count_column(p, cl.b, cl.g, cl.n, ct, bars + WS_SPLIT_HEAD);
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns
+    if constexpr (SPLIT) ws_split_sum_owned<T>(p, ct, bars + WS_SPLIT_HEAD);
 }
 
 }  // namespace bl_bwd

@@ -79,7 +79,7 @@ struct r80_smem {
     // int [4]: each buffer's entry's row tile m, then (without a causal mask) its key limit
     static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);
     static constexpr uint32_t BARS = ENTRY + 16;
-    static constexpr uint32_t USED = BARS + ws_bars::BYTES;
+    static constexpr uint32_t USED = BARS + WS_SPLIT_HEAD + 2 * sizeof(int);  // (version 10's)
     static constexpr uint32_t BASE_ALIGN = 1024;
     static constexpr size_t BYTES = USED + BASE_ALIGN;
     static_assert(Q % 1024 == 0 && DO % 1024 == 0 && DS % 1024 == 0 && DQS % 1024 == 0 &&
@@ -630,6 +630,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
 #define BL_TL80C(i) BL_TL80(lane == 0 && (warp & 3) == 0, wg, i)
     int g0 = 0;  // the CTA's entries before this column
     int kc = 0;  // its K / V loads before this column
+    if (SPLIT && ct == 0) ws_split_list_init(bars + WS_SPLIT_HEAD);
     for (int k = 0;; ++k) {
         BL_TLCOL(ct == 0, 0, 0, 0);
         ws_column cl = ws_take_column(p, bars, col_slots, k);
@@ -938,11 +939,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         bl_fence_proxy_async();
         __syncwarp();
         if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
-        // the column's dK / dV where this CTA stored its last part
-        if constexpr (SPLIT) ws_split_sum_column<T, 128>(p, cl.b, cl.g, cl.n, ct);
+        if constexpr (SPLIT) ws_split_count_column(p, cl.b, cl.g, cl.n, ct, bars + WS_SPLIT_HEAD);
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns
+    if constexpr (SPLIT) ws_split_sum_owned<T>(p, ct, bars + WS_SPLIT_HEAD);
 #undef BL_TL80C
 #undef R80_HPP
 }
