@@ -33,10 +33,12 @@ constexpr int WS_BAR_SPLIT_SUM = 5;
 
 // Column (b, g, n)'s dK (times scale) and dV in the dtype: the sum of its `parts` partials, read
 // by all THREADS consumer threads (`ct`) once every part is stored. One float4 of a key's
-// partial row per thread: ROW_VECS threads a row, ROWS_PER_STEP keys at a time. The loads go
-// out CHUNK keys x two parts at a time: one CTA reads the column's P x 256 KB (head dim 128),
-// and a row at a time, its parts in turn, that took ~75 us a call more than the separate kernel's
-// ~40 (bench/results/bwd-s86-split-sum.txt, call 1).
+// partial row per thread: ROW_VECS threads a row, ROWS_PER_STEP keys at a time. One CTA reads
+// the column's P x 256 KB (head dim 128), so the loads go out CHUNK keys x two parts at a time,
+// unconditional (keys past Sk read the last key's row and store nothing): a row at a time, its
+// parts in turn, the sums ran ~75 us a call longer than the separate kernel's ~40, and with
+// each load behind its own key check ptxas still issued them two at a time
+// (bench/results/bwd-s86-split-sum.txt).
 template <typename T, int D>
 __device__ __forceinline__ void ws_split_sum_rows(const bwd_params &p, int parts, int64_t b,
                                                   int64_t g, int64_t n, int ct) {
@@ -50,37 +52,52 @@ __device__ __forceinline__ void ws_split_sum_rows(const bwd_params &p, int parts
     const int64_t key_floats = dm.heads_k * D;
     const int64_t key0 = n * BN + ct / ROW_VECS;  // this thread's first key
     const int c = (ct % ROW_VECS) * 4;
-#pragma unroll
+#pragma unroll 1
     for (int x = 0; x < 2; ++x) {  // 0: dK, 1: dV
         const float *src = p.dkv_part + (int64_t)x * p.head_split * part_floats +
-                           ((b * dm.seqlen_k + key0) * dm.heads_k + g) * D + c;
-        T *dst = x == 0 ? static_cast<T *>(p.dk) + b * p.dk_sb + key0 * p.dk_ss + g * p.dk_sh + c
-                        : static_cast<T *>(p.dv) + b * p.dv_sb + key0 * p.dv_ss + g * p.dv_sh + c;
-        const int64_t dst_step = (x == 0 ? p.dk_ss : p.dv_ss) * ROWS_PER_STEP;
+                           (b * dm.seqlen_k * dm.heads_k + g) * D + c;
+        T *dst = x == 0 ? static_cast<T *>(p.dk) + b * p.dk_sb + g * p.dk_sh + c
+                        : static_cast<T *>(p.dv) + b * p.dv_sb + g * p.dv_sh + c;
+        const int64_t dst_key = x == 0 ? p.dk_ss : p.dv_ss;
         const float mul = x == 0 ? p.scale : 1.0f;
-#pragma unroll
+#pragma unroll 1
         for (int s0 = 0; s0 < STEPS; s0 += CHUNK) {
+            const float *row[CHUNK];
+#pragma unroll
+            for (int i = 0; i < CHUNK; ++i) {
+                const int64_t key = key0 + (s0 + i) * ROWS_PER_STEP;
+                row[i] = src + (key < dm.seqlen_k ? key : dm.seqlen_k - 1) * key_floats;
+            }
             // from +0 in part order, as the former reduction kernel summed: the same bits, and
             // the same in every call whatever order the parts end in
             float4 acc[CHUNK];
 #pragma unroll
             for (int i = 0; i < CHUNK; ++i) acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 2
-            for (int j = 0; j < parts; ++j) {
+            int j = 0;
+            for (; j < parts; j += 2) {
+                const bool two = j + 1 < parts;
+                float4 v0[CHUNK], v1[CHUNK];
 #pragma unroll
                 for (int i = 0; i < CHUNK; ++i) {
-                    const int64_t step = s0 + i;
-                    if (key0 + step * ROWS_PER_STEP >= dm.seqlen_k) continue;  // none stored
-                    const float4 v = __ldcg(reinterpret_cast<const float4 *>(
-                        src + j * part_floats + step * ROWS_PER_STEP * key_floats));
-                    acc[i].x += v.x; acc[i].y += v.y; acc[i].z += v.z; acc[i].w += v.w;
+                    v0[i] = __ldcg(reinterpret_cast<const float4 *>(row[i] + j * part_floats));
+                    v1[i] = __ldcg(reinterpret_cast<const float4 *>(
+                        row[i] + (two ? j + 1 : j) * part_floats));
+                }
+#pragma unroll
+                for (int i = 0; i < CHUNK; ++i) {
+                    acc[i].x += v0[i].x; acc[i].y += v0[i].y;
+                    acc[i].z += v0[i].z; acc[i].w += v0[i].w;
+                    if (two) {
+                        acc[i].x += v1[i].x; acc[i].y += v1[i].y;
+                        acc[i].z += v1[i].z; acc[i].w += v1[i].w;
+                    }
                 }
             }
 #pragma unroll
             for (int i = 0; i < CHUNK; ++i) {
-                const int64_t step = s0 + i;
-                if (key0 + step * ROWS_PER_STEP >= dm.seqlen_k) continue;
-                *reinterpret_cast<uint2 *>(dst + step * dst_step) =
+                const int64_t key = key0 + (s0 + i) * ROWS_PER_STEP;
+                if (key >= dm.seqlen_k) continue;
+                *reinterpret_cast<uint2 *>(dst + key * dst_key) =
                     make_uint2(bl_pack2<T>(acc[i].x * mul, acc[i].y * mul),
                                bl_pack2<T>(acc[i].z * mul, acc[i].w * mul));
             }
