@@ -46,7 +46,7 @@ __device__ __forceinline__ void ws_split_sum_rows(const bwd_params &p, int parts
     constexpr int ROW_VECS = D / 4;
     constexpr int ROWS_PER_STEP = THREADS / ROW_VECS;  // 8 (D = 128) or 16 (64)
     constexpr int STEPS = BN / ROWS_PER_STEP;
-    constexpr int CHUNK = 8;
+    constexpr int CHUNK = STEPS < 16 ? STEPS : 16;
     static_assert(THREADS % ROW_VECS == 0 && STEPS % CHUNK == 0, "whole chunks");
     const int64_t part_floats = dm.batch * dm.seqlen_k * dm.heads_k * D;
     const int64_t key_floats = dm.heads_k * D;
