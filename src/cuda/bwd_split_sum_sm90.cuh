@@ -105,11 +105,15 @@ __device__ __forceinline__ void ws_split_sum_rows(const bwd_params &p, int parts
     }
 }
 
-// Thread 0: counts this CTA's part of column `col` ((b, Hk, Tn) order), whose partials every
-// consumer thread has stored and ordered before this (its stores, then a barrier); true where
-// that completed the column's count.
-__device__ __forceinline__ bool ws_split_count_t0(const bwd_params &p, int parts, int col) {
-    __threadfence();  // release: with the barrier before, every thread's partials
+// Counts this CTA's part of column `col` ((b, Hk, Tn) order; read only in thread 0), called by
+// all THREADS consumer threads once each has stored its partials; true in thread 0 where that
+// completed the column's count.
+__device__ __forceinline__ bool ws_split_count(const bwd_params &p, int parts, int col, int ct) {
+    // Release: every thread's partial stores before the count (a fence, then the barrier that
+    // orders them before thread 0's atomic).
+    __threadfence();
+    named_barrier_sync(WS_BAR_SPLIT_SUM, THREADS);
+    if (ct != 0) return false;
     if (atomicAdd(p.dkv_done + col, 1) != parts - 1) return false;
     __threadfence();  // acquire: the other parts' partials
     return true;
@@ -123,63 +127,40 @@ __device__ __forceinline__ void ws_split_sum_column(const bwd_params &p_in, int6
     BL_SPLIT_OPAQUE(p, "+l"(b), "+l"(g), "+l"(n), "+r"(ct));
     const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
     const int col = (int)((b * p.dm.heads_k + g) * p.dm.tiles_n + n);  // < 2^31 (ws_decode)
-    named_barrier_sync(WS_BAR_SPLIT_SUM, THREADS);
-    const bool last = ct == 0 && ws_split_count_t0(p, parts, col);
+    const bool last = ws_split_count(p, parts, col, ct);
     if (!named_barrier_or(WS_BAR_SPLIT_SUM, THREADS, last)) return;
     __threadfence();  // (the partials are read past L1: ld.global.cg)
     ws_split_sum_rows<T, D>(p, parts, b, g, n, ct);
 }
 
-// The persistent head-dim-128 kernels count each column one column late, and sum the columns
-// whose count they completed after their last column.
-// - Late: the count's fence waits for the thread's own stores to land, so right after a
-//   column's partials (128 KB a CTA) it held the consumers ~1-2 us a column, and with ~8
-//   columns a CTA the main kernel grew by ~26 us (bench/results/bwd-s86-split-sum.txt); a
-//   column later they have long landed.
-// - After the last column: summed in the loop, the sum's registers made ptxas spill inside the
-//   entry loops, inlined or called (tests/gpu/test_gpu_sass.py).
-// Two ints of shared memory at `s_split` (WS_SPLIT_HEAD in the mbarriers' area), thread 0's
-// until the sum: the head of the list of columns to sum (-1: empty; each column's link goes
-// into its counter, which nothing reads again in the call), and the column stored last and not
-// yet counted (-1: none).
+// The persistent head-dim-128 kernels count each column in their column loop
+// (ws_split_count_column) and sum the columns whose count they completed after it
+// (ws_split_sum_owned): summed in the loop, the sum's registers made ptxas spill inside the entry
+// loops, inlined or called (tests/gpu/test_gpu_sass.py). Those columns form a list: its head in
+// shared memory (at `s_split`, -1 when empty), each column's link in its counter, which nothing
+// reads again in the call. Thread 0 also keeps the current column's index there (at s_split +
+// 4, from ws_split_column_start): the column's fields kept in registers across the entry loop
+// spilled inside it in the 80-row kernel's whole-key-tile forms.
+// `s_split`: the shared-memory address of those two ints (WS_SPLIT_HEAD in the mbarriers' area).
 __device__ __forceinline__ void ws_split_list_init(uint32_t s_split) {  // thread 0, before
-    asm volatile("st.shared.v2.b32 [%0], {%1, %1};\n" ::"r"(s_split), "r"(-1) : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_split), "r"(-1) : "memory");
 }
-// Thread 0: the pending column counted, and put on the list where that completed its count.
-__device__ __forceinline__ void ws_split_count_pending_t0(const bwd_params &p, uint32_t s_split) {
-    int head, pending;
-    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(head), "=r"(pending) : "r"(s_split) : "memory");
-    if (pending < 0) return;
-    const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
-    if (!ws_split_count_t0(p, parts, pending)) return;
-    p.dkv_done[pending] = head;
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_split), "r"(pending) : "memory");
-}
-// All consumer threads, after the entry loop and before this column's partial stores: the
-// previous column's count.
-__device__ __forceinline__ void ws_split_count_previous(const bwd_params &p_in, int ct,
-                                                        uint32_t s_split) {
-    BL_SPLIT_OPAQUE(p, "+r"(ct), "+r"(s_split));
-    named_barrier_sync(WS_BAR_SPLIT_SUM, THREADS);  // every thread's stores of that column
-    if (ct == 0) ws_split_count_pending_t0(p, s_split);
-}
-// Thread 0, after this column's partial stores: the column pending.
-__device__ __forceinline__ void ws_split_column_stored(const bwd_params &p_in, int64_t b,
-                                                       int64_t g, int64_t n, int ct,
-                                                       uint32_t s_split) {
+__device__ __forceinline__ void ws_split_count_column(const bwd_params &p_in, int64_t b, int64_t g,
+                                                      int64_t n, int ct, uint32_t s_split) {
     BL_SPLIT_OPAQUE(p, "+l"(b), "+l"(g), "+l"(n), "+r"(ct), "+r"(s_split));
-    if (ct != 0) return;
+    const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
     const int col = (int)((b * p.dm.heads_k + g) * p.dm.tiles_n + n);  // < 2^31 (ws_decode)
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_split + 4), "r"(col) : "memory");
+    if (!ws_split_count(p, parts, col, ct)) return;
+    int head;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(head) : "r"(s_split) : "memory");
+    p.dkv_done[col] = head;
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_split), "r"(col) : "memory");
 }
-// After the last column: the last column counted, then the list summed.
 // (A call, not inlined: after the column loop nothing is live across it, and its registers stay
 // out of the kernel's allocation.)
 template <typename T>
 __device__ __noinline__ void ws_split_sum_owned(const bwd_params &p_in, int ct, uint32_t s_split) {
     BL_SPLIT_OPAQUE(p, "+r"(ct), "+r"(s_split));
-    named_barrier_sync(WS_BAR_SPLIT_SUM, THREADS);  // every thread's stores of the last column
-    if (ct == 0) ws_split_count_pending_t0(p, s_split);
     __threadfence();  // thread 0's links
     named_barrier_sync(WS_BAR_SPLIT_SUM, THREADS);
     const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);

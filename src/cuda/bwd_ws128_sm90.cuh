@@ -73,7 +73,7 @@ constexpr uint32_t WS_DQ_FLAGS = ws_bars::BYTES;
 static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_DQ_FLAGS + 4 * sizeof(int),
               "room for the dQ flags");
 // A split call's list of the columns the CTA sums after its last, and the current column
-// (ws_split_list_init): two ints after the dQ flags, 8-byte aligned.
+// (ws_split_count_column): two ints after the dQ flags, 8-byte aligned.
 constexpr uint32_t WS_SPLIT_HEAD = WS_DQ_FLAGS + 4 * sizeof(int);
 static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_SPLIT_HEAD + 2 * sizeof(int) &&
                   WS_SPLIT_HEAD % 8 == 0,
@@ -835,7 +835,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         }
         bl_reg_fence(dk_acc);
         bl_reg_fence(dv_acc);
-        if constexpr (SPLIT) ws_split_count_previous(p, ct, bars + WS_SPLIT_HEAD);
         // dK and dV to the staging ring's positions g0 + count + 2k and the next (ws_stage_dkv);
         // the second is the last entry's dQ buffer, free once the reducer's adds have read it.
 #pragma unroll
@@ -853,7 +852,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
             __syncwarp();
             if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL + 8 * sb);
         }
-        if constexpr (SPLIT) ws_split_column_stored(p, cl.b, cl.g, cl.n, ct, bars + WS_SPLIT_HEAD);
+        if constexpr (SPLIT) ws_split_count_column(p, cl.b, cl.g, cl.n, ct, bars + WS_SPLIT_HEAD);
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns

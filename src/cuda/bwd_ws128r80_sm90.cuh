@@ -916,7 +916,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         // so ~2500 (16k x 16 x 128, `attn_bwd timelinecols80`,
         // bench/results/bwd-s69-column-end.txt).
         named_barrier_sync(WS_BAR_DS, THREADS);
-        if constexpr (SPLIT) ws_split_count_previous(p, ct, bars + WS_SPLIT_HEAD);
         if constexpr (SPLIT)
             if constexpr (PART_ROW)
                 ws_store_dkv_part_at(p, part_row, key0 + warp * KEYS_PER_WARP + lg, dk_acc);
@@ -940,7 +939,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
         bl_fence_proxy_async();
         __syncwarp();
         if (lane == 0) mbarrier_arrive(bars + ws_bars::DQFULL);
-        if constexpr (SPLIT) ws_split_column_stored(p, cl.b, cl.g, cl.n, ct, bars + WS_SPLIT_HEAD);
+        if constexpr (SPLIT) ws_split_count_column(p, cl.b, cl.g, cl.n, ct, bars + WS_SPLIT_HEAD);
         BL_TLCOL(ct == 0, 0, 5, 0);
         g0 += count;
     }  // columns
