@@ -127,7 +127,9 @@ int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
 // - the part cost: each column and part is one more column start and end and one more dK / dV
 //   partial written and summed (the reduction alone ~0.035 us a block at C = 128), absolute
 //   time, not a share of a column (the seventy-third session's rule priced it in columns and so
-//   overpriced the parts of long columns).
+//   overpriced the parts of long columns). (Fitted when a kernel of its own summed the partials;
+//   since the eighty-second session the main kernels do, bwd_split_sum_sm90.cuh, and the rule
+//   was not refitted.)
 // Every split call applies it (the host splits only below SPLIT_MIN_ROUNDS rounds of columns).
 // On the sweeps' 85 rows (one round each) its picks miss the fastest p on 20, by 48 us at most,
 // 344 us in all; the seventy-fourth session's form (a tail of 0.4, at most two columns per SM)
