@@ -90,7 +90,7 @@ struct bwd_params {
     // Last, for the reason dq_writers gives.
     const int4 *sched_rec_low;
     // A split call's parts counted per column (bl_bwd_workspace::dkv_done): the CTA whose count
-    // completes a column sums its partials (ws_split_sum_column). Last, for the reason
+    // completes a column sums its partials (bwd_split_sum_sm90.cuh). Last, for the reason
     // dq_writers gives.
     int *dkv_done;
 };

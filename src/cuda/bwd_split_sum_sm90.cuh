@@ -137,11 +137,11 @@ __device__ __forceinline__ void ws_split_sum_column(const bwd_params &p_in, int6
 // (ws_split_count_column) and sum the columns whose count they completed after it
 // (ws_split_sum_owned): summed in the loop, the sum's registers made ptxas spill inside the entry
 // loops, inlined or called (tests/gpu/test_gpu_sass.py). Those columns form a list: its head in
-// shared memory (at `s_split`, -1 when empty), each column's link in its counter, which nothing
-// reads again in the call. Thread 0 also keeps the current column's index there (at s_split +
-// 4, from ws_split_column_start): the column's fields kept in registers across the entry loop
-// spilled inside it in the 80-row kernel's whole-key-tile forms.
-// `s_split`: the shared-memory address of those two ints (WS_SPLIT_HEAD in the mbarriers' area).
+// shared memory (an int at `s_split`, WS_SPLIT_HEAD in the mbarriers' area; -1 when empty),
+// each column's link in its counter, which nothing reads again in the call. (Counting each
+// column one column late, so that the count's fence would not wait for the column's own
+// stores, was level on 2 x 16k x 8 q x 1 kv and +24 us on 16k x 32 q x 1 kv: the late counts
+// hand the last columns' sums to the CTAs that end last; bench/results/bwd-s86-split-sum.txt.)
 __device__ __forceinline__ void ws_split_list_init(uint32_t s_split) {  // thread 0, before
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_split), "r"(-1) : "memory");
 }

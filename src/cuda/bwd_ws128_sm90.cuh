@@ -72,12 +72,11 @@ static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= ws_bars::BYTES, "room fo
 constexpr uint32_t WS_DQ_FLAGS = ws_bars::BYTES;
 static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_DQ_FLAGS + 4 * sizeof(int),
               "room for the dQ flags");
-// A split call's list of the columns the CTA sums after its last, and the current column
-// (ws_split_count_column): two ints after the dQ flags, 8-byte aligned.
+// The head of a split call's list of the columns the CTA sums after its last
+// (ws_split_count_column): an int after the dQ flags.
 constexpr uint32_t WS_SPLIT_HEAD = WS_DQ_FLAGS + 4 * sizeof(int);
-static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_SPLIT_HEAD + 2 * sizeof(int) &&
-                  WS_SPLIT_HEAD % 8 == 0,
-              "room for the split list");
+static_assert(wg_smem<128>::DQS - wg_smem<128>::BARS >= WS_SPLIT_HEAD + sizeof(int),
+              "room for the split list's head");
 static_assert(wg_smem<128>::BARS % 16 == 0, "TMA writes the column records 16-byte aligned");
 
 // TMA of a column's K and V tiles (keys key0.., kv head g, batch b; zero past Sk) into the BN-row

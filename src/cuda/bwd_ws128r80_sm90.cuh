@@ -79,7 +79,7 @@ struct r80_smem {
     // int [4]: each buffer's entry's row tile m, then (without a causal mask) its key limit
     static constexpr uint32_t ENTRY = ROWS + 4 * BM80 * sizeof(float);
     static constexpr uint32_t BARS = ENTRY + 16;
-    static constexpr uint32_t USED = BARS + WS_SPLIT_HEAD + 2 * sizeof(int);  // (version 10's)
+    static constexpr uint32_t USED = BARS + WS_SPLIT_HEAD + sizeof(int);  // (version 10's bars)
     static constexpr uint32_t BASE_ALIGN = 1024;
     static constexpr size_t BYTES = USED + BASE_ALIGN;
     static_assert(Q % 1024 == 0 && DO % 1024 == 0 && DS % 1024 == 0 && DQS % 1024 == 0 &&
