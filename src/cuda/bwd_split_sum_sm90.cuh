@@ -105,7 +105,13 @@ __device__ __forceinline__ void ws_split_sum_rows(const bwd_params &p, int parts
     }
 }
 
-// Counts this CTA's part of column `col` ((b, Hk, Tn) order; read only in thread 0), called by
+// Column (b, g, n)'s index in (B, Hk, Tn) order: its part counter in bwd_params::dkv_done
+// (< 2^31: ws_decode).
+__device__ __forceinline__ int ws_split_col(const bwd_params &p, int64_t b, int64_t g, int64_t n) {
+    return (int)((b * p.dm.heads_k + g) * p.dm.tiles_n + n);
+}
+
+// Counts this CTA's part of column `col` (ws_split_col; read only in thread 0), called by
 // all THREADS consumer threads once each has stored its partials; true in thread 0 where that
 // completed the column's count.
 __device__ __forceinline__ bool ws_split_count(const bwd_params &p, int parts, int col, int ct) {
@@ -126,7 +132,7 @@ __device__ __forceinline__ void ws_split_sum_column(const bwd_params &p_in, int6
                                                     int64_t n, int ct) {
     BL_SPLIT_OPAQUE(p, "+l"(b), "+l"(g), "+l"(n), "+r"(ct));
     const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
-    const int col = (int)((b * p.dm.heads_k + g) * p.dm.tiles_n + n);  // < 2^31 (ws_decode)
+    const int col = ws_split_col(p, b, g, n);
     const bool last = ws_split_count(p, parts, col, ct);
     if (!named_barrier_or(WS_BAR_SPLIT_SUM, THREADS, last)) return;
     __threadfence();  // (the partials are read past L1: ld.global.cg)
@@ -149,7 +155,7 @@ __device__ __forceinline__ void ws_split_count_column(const bwd_params &p_in, in
                                                       int64_t n, int ct, uint32_t s_split) {
     BL_SPLIT_OPAQUE(p, "+l"(b), "+l"(g), "+l"(n), "+r"(ct), "+r"(s_split));
     const int parts = bl_bwd_split_parts(p.head_split, p.split_rule, p.totals);
-    const int col = (int)((b * p.dm.heads_k + g) * p.dm.tiles_n + n);  // < 2^31 (ws_decode)
+    const int col = ws_split_col(p, b, g, n);
     if (!ws_split_count(p, parts, col, ct)) return;
     int head;
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(head) : "r"(s_split) : "memory");
