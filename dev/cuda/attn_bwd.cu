@@ -52,6 +52,7 @@ extern "C" {
 #ifdef BL_BWD_TIMELINE
 extern "C" void bl_bwd_timeline_print(void);  // attn_bwd_sm90.cu, dev builds only
 extern "C" void bl_bwd_timeline_cols_print(void);
+extern "C" void bl_bwd_timeline_raw_print(void);
 extern "C" void bl_bwd_timeline80_print(void);
 #endif
 #ifdef BL_BWD_COLS64
@@ -799,6 +800,19 @@ int main(int argc, char **argv) {
         g_full_sweep = 0;
         bench_shape(1, 8192, 16, 128, 0);
         bl_bwd_timeline_print();
+        return 0;
+    }
+    // Version 10's entry stamps in CTA 0's walk (build with -DBL_BWD_TL_GLOBAL as well) and its
+    // column stamps: 16k x 16 x 128, mask keeping argv[2] (default 0.03).
+    if (!strcmp(what, "timelinesparse")) {
+#ifndef BL_BWD_TL_GLOBAL
+        fprintf(stderr, "timelinesparse: build with -DBL_BWD_TIMELINE -DBL_BWD_TL_GLOBAL\n");
+        return 1;
+#endif
+        g_sparse_only = argc > 2 ? atof(argv[2]) : 0.03;
+        bench_shape(1, 16384, 16, 128, 0);
+        bl_bwd_timeline_raw_print();
+        bl_bwd_timeline_cols_print();
         return 0;
     }
     if (!strcmp(what, "timelinecols")) {  // column stamps: 16k x 16 x 128, mask keeping argv[2]

@@ -570,6 +570,26 @@ extern "C" void bl_bwd_timeline80_print(void) {
                (int)(tl[2][it][6] - tl[2][it][5]), (int)(tl[2][it][6] - tl[0][it - 1][8]));
 }
 
+// Dev only (-DBL_BWD_TL_GLOBAL, `timelinesparse`): version 10's entry stamps of CTA 0 by their
+// place in its walk, raw: per ring position, consumer warpgroups 0 and 1's points 0-11 and the
+// reducer's points 0-3 (staging ring positions: two more per column for its dK / dV), in clocks
+// after consumer warpgroup 0's first stamp; 0 where never stamped.
+extern "C" void bl_bwd_timeline_raw_print(void) {
+    using namespace bl_bwd;
+    static unsigned tl[3][TL_ITERS][TL_POINTS];
+    if (cudaMemcpyFromSymbol(tl, bl_bwd_tl, sizeof(tl)) != cudaSuccess) return;
+    const unsigned t0 = tl[0][0][0];
+    printf("entry stamps of CTA 0 (clocks after its first; row 0 / 1: consumer wg 0 / 1 points "
+           "0-11 at ring position i; row 2: reducer points 0-3 at staging position i)\n");
+    for (int i = 0; i < TL_ITERS; ++i)
+        for (int r = 0; r < 3; ++r) {
+            printf("  %2d %d:", i, r);
+            for (int q = 0; q < (r == 2 ? 4 : TL_POINTS); ++q)
+                printf(" %8d", tl[r][i][q] ? (int)(tl[r][i][q] - t0) : 0);
+            printf("\n");
+        }
+}
+
 // Dev only: the column stamps of bwd_ws128_kernel's (`timelinecols`) or the 80-row kernel's
 // (`timelinecols80`) CTA 0 in the last launch that got past its pick, in clocks after the
 // consumers' loop top of the same column.

@@ -366,6 +366,17 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
     do {              \
     } while (0)
 #endif
+// Version 10's entry stamps: by the entry's place in the column (BL_TLC / BL_TL: `timeline`,
+// one long dense column), or with -DBL_BWD_TL_GLOBAL by its place in the CTA's walk (consumers:
+// the row-tile ring position gi; reducer: the staging ring position gj, which also counts two
+// dK / dV stagings per column) -- `timelinesparse`, where a column has a few entries.
+#if defined(BL_BWD_TIMELINE) && defined(BL_BWD_TL_GLOBAL)
+#define BL_TLE(i) bl_tl_store(lane == 0 && (warp & 3) == 0, wg, gi, i)
+#define BL_TLR(i) bl_tl_store(true, 2, gj, i)
+#else
+#define BL_TLE(i) BL_TLC(i)
+#define BL_TLR(i) BL_TL(2, i)
+#endif
 
 // WITH_DQ = false: dK and dV only (no dS staging, no dQ product, no reduce-adds), for calls
 // whose dQ the dq-rows kernel computes (bwd_dqrows_sm90.cuh); the staging ring then carries only
@@ -515,9 +526,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const bool store = bl_bwd_tile_writers(next_writers) == 1;
                     if (p.dq_writers != nullptr && it + 1 < cl.count)
                         next_writers = writers(it + 1);
-                    BL_TL(2, 0);
+                    BL_TLR(0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
-                    BL_TL(2, 1);
+                    BL_TLR(1);
                     if (DIRECT && store && p.dq_direct) {
                         ws_store_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
                                       (int)cl.b);
@@ -533,10 +544,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                                 dq_block_reduce(p, sdq, col0, h, row, (int)cl.b);
                         }
                     }
-                    BL_TL(2, 2);
+                    BL_TLR(2);
                     // The staging may be rewritten once the copy engine has read it.
                     bulk_wait_group_read<0>();
-                    BL_TL(2, 3);
+                    BL_TLR(3);
                     mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
                 }
                 // The column's dK and dV (ws_stage_dkv): the ring's next two positions.
@@ -635,7 +646,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 const int gi = g0 + it;  // position in the row-tile ring
                 const int buf = gi & 1;  // and in the staging ring, gi + 2k (ws_stage_dkv)
                 const int m = m_next;
-                BL_TLC(0);
+                BL_TLE(0);
                 const uint32_t sQ = s0 + L::Q + buf * TILE_BYTES;
                 const uint32_t sdO = s0 + L::DO + buf * TILE_BYTES;
                 const uint32_t sDS = s0 + (buf ? WS_DS1 : L::DS);
@@ -654,7 +665,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                         bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
                 }
                 bl_wgmma_commit();
-                BL_TLC(1);
+                BL_TLE(1);
                 if (WITH_DQ && it > 0) {
                     // Entry it-1's dQ, staged at the end of the last iteration, goes to the reducer now:
                     // its stores have long completed, so the proxy fence costs little here (right after
@@ -670,10 +681,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 float2 dlt_r[NQ];
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
-                BL_TLC(2);
+                BL_TLE(2);
                 bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
                 bl_reg_fence(s);
-                BL_TLC(3);
+                BL_TLE(3);
 
                 // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
                 const int64_t row0 = (int64_t)m * BM;
@@ -721,11 +732,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     }
                     issue_dv(ks);
                 }
-                BL_TLC(4);  // P^T computed and dV issued
+                BL_TLE(4);  // P^T computed and dV issued
                 bl_wgmma_commit();
                 bl_wgmma_wait<1>();  // dP^T is done; dV may still run
                 bl_reg_fence(ds);
-                BL_TLC(5);
+                BL_TLE(5);
 
                 // ---- dS^T = P^T * (dP^T - Dlt) ----
                 ds_from_dp<NQ>(ds, s, dlt_r);
@@ -756,12 +767,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 }
                 store_ds_tile(sDS + wg * QPANEL, dsa, warp, lane);
                 bl_fence_proxy_async();  // the dS stores are read by wgmma next
-                BL_TLC(6);
+                BL_TLE(6);
                 // Every consumer warp's dS of entry it is in shared memory. This is also what frees the
                 // other dS buffer: both warpgroups waited for their dQ of entry it-1 (which read it)
                 // before arriving here.
                 named_barrier_sync(WS_BAR_DS, THREADS);
-                BL_TLC(7);
+                BL_TLE(7);
                 // Entry it+2 of the list, from global memory: behind the two fences of this
                 // iteration and an iteration before its use, because a fence waits for every load
                 // in flight (the list read behind the next entry's hand-over fence was ~3 % of the
@@ -792,7 +803,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // This entry's dQ flag (slot gi & 3 is rewritten only after entry gi + 2's EMPTY),
                 // read here so that its latency passes under the next S^T's issue.
                 const bool dq16 = DIRECT && s_dq_flags[gi & 3];
-                BL_TLC(8);
+                BL_TLE(8);
                 m_next = ws_code_row_tile(e_ahead, tiles_m, one_head);
                 e_ahead = e_ahead2;
                 issue_s(it + 1);
@@ -803,7 +814,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 bl_wgmma_wait<0>();
                 bl_reg_fence(s);
                 bl_reg_fence(dq);
-                BL_TLC(9);
+                BL_TLE(9);
 
                 // Warp w's 16 x 64 block of dQ (rows 16(w%4).., columns 64wg..) into staging buffer
                 // buf, once entry it-2's reduce-adds have read it; handed to the producer's warp 1 in
@@ -811,14 +822,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 // (gi + 2k) >> 1 = (gi >> 1) + k: the staging ring's phase parity
                 mbarrier_wait(bars + ws_bars::DQEMPTY + 8 * buf,
                               ((uint32_t)((gi >> 1) ^ k) & 1u) ^ 1u);
-                BL_TLC(10);
+                BL_TLE(10);
                 if (dq16)  // 16-bit, straight to dq (the DIRECT form)
                     ws_stage_dkv<T, 32, BM>(s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES +
                                                 (uint32_t)wg * WS_DQ16_PANEL_BYTES,
                                             dq, p.scale, warp & 3, lane);
                 else
                     dq_block_stage<false>(s0 + L::DQS + (uint32_t)(buf * WARPS + warp) * DQ_WARP_BYTES, dq);
-                BL_TLC(11);
+                BL_TLE(11);
             }
             // the last entry's staged dQ
             if constexpr (WITH_DQ) {
