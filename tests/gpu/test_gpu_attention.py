@@ -290,6 +290,22 @@ def test_gpu_select_is_the_cpu_rule_bit_for_bit(tiles_n):
         assert torch.equal(got, want), (negl_prob, (got != want).nonzero()[:5].tolist())
 
 
+@pytest.mark.parametrize("shape", [(2, 40, 256, 128), (1, 24, 512, 256)], ids=["tn128", "tn256"])
+def test_gpu_select_many_rows_bit_for_bit(shape):
+    """Row tiles by the thousand (2 x 16k x 40 heads, and the bench's 32k x 24): the warp
+    kernel's grid in several waves (one CTA per 4 rows), and any grid that makes its warps take
+    rows in turn (dev/cuda/wip/bwd-select-capped-grid.patch ran this test) -- the same masks as
+    the CPU rule, row for row."""
+    g = torch.Generator().manual_seed(shape[-1])
+    w = torch.rand(*shape, generator=g) ** 6
+    w[0, 0, 7] = 0.0
+    w[0, 1, 3] = 1.0
+    for negl_prob in (0.01, 0.2, 0.5):
+        want = back_lite.select(w, negl_prob)
+        got = back_lite.select(w.to(DEV), negl_prob).cpu()
+        assert torch.equal(got, want), (negl_prob, (got != want).nonzero()[:5].tolist())
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("sq, keep", [(3000, 0.6), (3000, 0.97), (160, 0.95)])
 @pytest.mark.parametrize("keys_fill_tiles", [False, True], ids=["sk_partial", "sk_whole"])
