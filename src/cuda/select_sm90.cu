@@ -264,23 +264,13 @@ __device__ __forceinline__ int sel_fast_skip(const float *w, const unsigned long
     return ok ? k : -1;
 }
 
+// One row of the warp kernel: sort the row's keys, decide the skipped prefix, write the mask.
 template <int E>
-__global__ void __launch_bounds__(32 * SEL_WARP_ROWS)
-bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, double negl_prob,
-                      uint8_t *__restrict__ mask_all) {
+__device__ __forceinline__ void select_warp_row(const float *__restrict__ w_row, int tn,
+                                                double negl_prob, uint8_t *__restrict__ mask_row,
+                                                double *share, float *w, int lane) {
     constexpr int N = 32 * E;  // the row's keys, padded to a power of two
     constexpr unsigned FULL = 0xffffffffu;
-    __shared__ double s_share[SEL_WARP_ROWS][N];  // the shares p in sorted order
-    __shared__ float s_w[SEL_WARP_ROWS][N];       // the row of W in tile order
-    // the backward's lists kernel starts now and waits for this grid (bl_cuda_backward)
-    griddep_launch_dependents();
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    const int64_t row = (int64_t)blockIdx.x * SEL_WARP_ROWS + wid;
-    if (row >= rows) return;  // a whole warp; nothing below syncs beyond the warp
-    const float *w_row = w_all + row * tn;
-    uint8_t *mask_row = mask_all + row * tn;
-    double *share = s_share[wid];
-    float *w = s_w[wid];
 
     unsigned long long key[E];
 #pragma unroll
@@ -330,15 +320,65 @@ bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, dou
     }
 }
 
+// STRIDE: the warps take rows in turn (a capped grid: launch_select_warp), else one row each.
+template <int E, bool STRIDE>
+__global__ void __launch_bounds__(32 * SEL_WARP_ROWS)
+bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, double negl_prob,
+                      uint8_t *__restrict__ mask_all) {
+    constexpr int N = 32 * E;  // the row's keys, padded to a power of two
+    __shared__ double s_share[SEL_WARP_ROWS][N];  // the shares p in sorted order
+    __shared__ float s_w[SEL_WARP_ROWS][N];       // the row of W in tile order
+    // the backward's lists kernel starts now and waits for this grid (bl_cuda_backward)
+    griddep_launch_dependents();
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    // A whole warp takes a row, and nothing below syncs beyond the warp. (The loop is a form of
+    // its own: kept out of the one-row form, it would cost that form registers -- 64 -> 80 a
+    // thread at E = 8 -- and so occupancy.)
+    const int64_t first = (int64_t)blockIdx.x * SEL_WARP_ROWS + wid;
+    if (!STRIDE) {
+        if (first < rows)
+            select_warp_row<E>(w_all + first * tn, tn, negl_prob, mask_all + first * tn,
+                               s_share[wid], s_w[wid], lane);
+        return;
+    }
+    for (int64_t row = first; row < rows; row += (int64_t)gridDim.x * SEL_WARP_ROWS) {
+        __syncwarp();  // the last row's w / share are read
+        select_warp_row<E>(w_all + row * tn, tn, negl_prob, mask_all + row * tn, s_share[wid],
+                           s_w[wid], lane);
+    }
+}
+
+// The warp kernel's grid where one CTA per SEL_WARP_ROWS rows fits the SMs in one wave at the
+// kernel's occupancy: at most SEL_CTAS_PER_SM CTAs an SM, the warps taking rows in turn. The
+// selection, the lists kernel, the schedule and the preprocess are a chain of programmatic
+// dependents (bl_cuda_backward), each launched once every CTA of the kernel before it has
+// started and only where the SMs have room: a one-wave selection that holds most of the SMs'
+// registers started the preprocess ~9 us into a 16k x 16 x 128 call, the capped one at ~5 us
+// (calls -2..-4 us at negl 0.5 / 0.2, non-causal and causal; head dim 64 level). Where the grid is
+// several waves (32k x 24, Tn 256: 2.9) it stays one CTA per 4 rows: capped there, the
+// preprocess started ~50 us sooner but ran ~55 us longer beside the selection, the call +4 us
+// (bench/results/bwd-s90-select-preprocess-waves.txt, calls 1, 3 and 4).
+constexpr int SEL_CTAS_PER_SM = 4;
+
 template <int E>
 static bl_status launch_select_warp(int64_t rows, int tn, const float *tile_mass, float negl_prob,
                                     uint8_t *mask, cudaStream_t stream) {
     const int64_t ctas = (rows + SEL_WARP_ROWS - 1) / SEL_WARP_ROWS;
-    if (ctas > INT32_MAX)
-        return bl_set_error(BL_ERR_UNSUPPORTED, "B*Hq*Tm = %lld row tiles exceeds the grid limit",
-                            (long long)rows);
-    bl_select_warp_kernel<E><<<(unsigned)ctas, 32 * SEL_WARP_ROWS, 0, stream>>>(
-        tile_mass, rows, tn, (double)negl_prob, mask);
+    int sms = 0, per_sm = 0;
+    BL_TRY(bl_sm_count(&sms));
+    BL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, bl_select_warp_kernel<E, false>, 32 * SEL_WARP_ROWS, 0));
+    const int64_t cap = (int64_t)SEL_CTAS_PER_SM * sms;
+    if (ctas > cap && ctas <= (int64_t)per_sm * sms) {
+        bl_select_warp_kernel<E, true><<<(unsigned)cap, 32 * SEL_WARP_ROWS, 0, stream>>>(
+            tile_mass, rows, tn, (double)negl_prob, mask);
+    } else {
+        if (ctas > INT32_MAX)
+            return bl_set_error(BL_ERR_UNSUPPORTED,
+                                "B*Hq*Tm = %lld row tiles exceeds the grid limit", (long long)rows);
+        bl_select_warp_kernel<E, false><<<(unsigned)ctas, 32 * SEL_WARP_ROWS, 0, stream>>>(
+            tile_mass, rows, tn, (double)negl_prob, mask);
+    }
     BL_CUDA_CHECK_LAUNCH("bl_select_warp_kernel");
     return BL_OK;
 }

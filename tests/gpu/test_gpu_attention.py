@@ -290,12 +290,13 @@ def test_gpu_select_is_the_cpu_rule_bit_for_bit(tiles_n):
         assert torch.equal(got, want), (negl_prob, (got != want).nonzero()[:5].tolist())
 
 
-@pytest.mark.parametrize("shape", [(2, 40, 256, 128), (1, 24, 512, 256)], ids=["tn128", "tn256"])
+@pytest.mark.parametrize("shape", [(1, 16, 256, 128), (1, 8, 512, 256), (1, 24, 512, 256)],
+                         ids=["16kx16", "32kx8", "32kx24"])
 def test_gpu_select_many_rows_bit_for_bit(shape):
-    """Row tiles by the thousand (2 x 16k x 40 heads, and the bench's 32k x 24): the warp
-    kernel's grid in several waves (one CTA per 4 rows), and any grid that makes its warps take
-    rows in turn (dev/cuda/wip/bwd-select-capped-grid.patch ran this test) -- the same masks as
-    the CPU rule, row for row."""
+    """Row tiles by the thousand: on an H200 (132 SMs) the first two take the warp kernel's
+    capped grid, each warp selecting rows in turn, and the bench's 32k x 24 its grid of one CTA
+    per 4 rows in several waves (launch_select_warp) -- the same masks as the CPU rule, row for
+    row."""
     g = torch.Generator().manual_seed(shape[-1])
     w = torch.rand(*shape, generator=g) ** 6
     w[0, 0, 7] = 0.0
