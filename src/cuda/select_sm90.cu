@@ -320,6 +320,108 @@ __device__ __forceinline__ void select_warp_row(const float *__restrict__ w_row,
     }
 }
 
+// The row's decision without a sort, where it provably agrees with the sequential rule; false
+// where it cannot tell (then select_warp_row sorts and decides). Lane l holds tiles r * 32 + l
+// (coalesced loads and mask stores). Since the shares are w / T, the order by (p, n) is the order
+// by (w, n), and the skipped prefix is the set of tiles lighter than the crossing tile c, the
+// first in that order whose running sum reaches negl_prob. Its weight w_c is found by a binary
+// search over the 31 bits of a non-negative float: the largest v with F(v) = (sum of w below v)
+// < negl_prob * T, from float sums in a fixed butterfly (monotone in v: the terms are >= 0 and
+// rounding is monotone, so every lane takes the same branches). That search is only a guess; the
+// decision is checked in double with sel_fast_skip's margin: B = (sum of w below w_c) / T' and
+// I = (that sum + w_c) / T', each any-order sum of the k* and k* + 1 lightest tiles over the
+// tree total T', are within 2 gamma_n + u of the exact prefix sums, as the sequential S(k* - 1)
+// and S(k*) are (4 gamma_n + 2u < 5e-13 apart, n <= 1024). So I >= negl_prob + margin gives
+// S(k*) >= negl_prob, and B < negl_prob - margin (or nothing lighter) gives S(k) < negl_prob for
+// every k < k*: the rule skips exactly the tiles lighter than w_c. A row falls back where that
+// check fails, where several tiles weigh exactly w_c (their order by index would matter), where
+// no tile crosses, and where a value is NaN, infinite or negative, or the row has no mass.
+// ~1300 instructions a row at Tn = 256 (31 steps of 42 in SASS) where the sort takes ~2700 (its
+// 64-bit compare-exchanges).
+template <int E>
+__device__ __forceinline__ bool select_warp_row_search(const float *__restrict__ w_row, int tn,
+                                                       double negl_prob,
+                                                       uint8_t *__restrict__ mask_row, int lane) {
+    constexpr unsigned FULL = 0xffffffffu;
+    constexpr uint32_t PAD_BITS = 0xffffffffu;  // above every finite weight's bits: never lighter
+    float x[E];
+    uint32_t u[E];  // the weight's float bits (+0 for -0), ordered like the weights
+    bool clean = true;
+    double total = 0.0;  // a butterfly: every lane ends with the same bits
+#pragma unroll
+    for (int r = 0; r < E; ++r) {
+        const int i = r * 32 + lane;
+        x[r] = i < tn ? w_row[i] : 0.0f;
+        clean = clean && x[r] >= 0.0f && x[r] <= FLT_MAX;  // finite, not negative, not NaN
+        u[r] = i >= tn ? PAD_BITS : x[r] > 0.0f ? __float_as_uint(x[r]) : 0u;
+        total += (double)x[r];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(FULL, total, off);
+    if (!__all_sync(FULL, clean) || !(total > 0.0)) return false;
+    if (negl_prob > 0.0) {
+        // v: the largest bit pattern whose lighter tiles weigh < negl_prob * T (float guess)
+        const float bound = (float)(negl_prob * total);
+        uint32_t v = 0;
+#pragma unroll 1
+        for (int b = 30; b >= 0; --b) {
+            const uint32_t cand = v | (1u << b);
+            float acc = 0.0f;
+#pragma unroll
+            for (int r = 0; r < E; ++r) acc += u[r] < cand ? x[r] : 0.0f;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(FULL, acc, off);
+            if (acc < bound) v = cand;
+        }
+        double below = 0.0, at = 0.0;
+        int at_count = 0;
+        bool lighter = false;
+#pragma unroll
+        for (int r = 0; r < E; ++r) {
+            if (u[r] < v) { below += (double)x[r]; lighter = true; }
+            if (u[r] == v) { at += (double)x[r]; ++at_count; }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            below += __shfl_xor_sync(FULL, below, off);
+            at += __shfl_xor_sync(FULL, at, off);
+        }
+        if (__reduce_add_sync(FULL, at_count) != 1) return false;  // ties at w_c, or no crossing
+        const bool up = (below + at) / total >= negl_prob + SEL_FAST_MARGIN;
+        const bool down = !__any_sync(FULL, lighter) || below / total < negl_prob - SEL_FAST_MARGIN;
+        if (!(up && down)) return false;
+#pragma unroll
+        for (int r = 0; r < E; ++r) {
+            const int i = r * 32 + lane;
+            if (i < tn) mask_row[i] = (uint8_t)(u[r] >= v);
+        }
+    } else {  // S(0) >= 0 >= negl_prob: nothing is skipped
+#pragma unroll
+        for (int r = 0; r < E; ++r) {
+            const int i = r * 32 + lane;
+            if (i < tn) mask_row[i] = 1;
+        }
+    }
+    return true;
+}
+
+// Keys per lane from which a row is searched first (select_warp_row_search), not sorted. At E = 8
+// (Tn 129..256) the search took the 32k x 24 causal selection from 72 to 33 us a call; at E = 4
+// (Tn 128) it cost more than the sort: 14 -> 17.7 us, beside the preprocess (bench/results/
+// bwd-s91-select-search.txt, call 1). E = 16 / 32 (Tn to 1024) take it too, as the sort's cost
+// grows faster than the search's (N log^2 N against 31 E); their times are not measured.
+constexpr int SEL_SEARCH_MIN_KEYS = 8;
+
+template <int E>
+__device__ __forceinline__ void select_warp_row_any(const float *__restrict__ w_row, int tn,
+                                                    double negl_prob,
+                                                    uint8_t *__restrict__ mask_row, double *share,
+                                                    float *w, int lane) {
+    if (E >= SEL_SEARCH_MIN_KEYS && select_warp_row_search<E>(w_row, tn, negl_prob, mask_row, lane))
+        return;
+    select_warp_row<E>(w_row, tn, negl_prob, mask_row, share, w, lane);
+}
+
 // STRIDE: the warps take rows in turn (a capped grid: launch_select_warp), else one row each.
 template <int E, bool STRIDE>
 __global__ void __launch_bounds__(32 * SEL_WARP_ROWS)
@@ -337,14 +439,14 @@ bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, dou
     const int64_t first = (int64_t)blockIdx.x * SEL_WARP_ROWS + wid;
     if (!STRIDE) {
         if (first < rows)
-            select_warp_row<E>(w_all + first * tn, tn, negl_prob, mask_all + first * tn,
-                               s_share[wid], s_w[wid], lane);
+            select_warp_row_any<E>(w_all + first * tn, tn, negl_prob, mask_all + first * tn,
+                                   s_share[wid], s_w[wid], lane);
         return;
     }
     for (int64_t row = first; row < rows; row += (int64_t)gridDim.x * SEL_WARP_ROWS) {
         __syncwarp();  // the last row's w / share are read
-        select_warp_row<E>(w_all + row * tn, tn, negl_prob, mask_all + row * tn, s_share[wid],
-                           s_w[wid], lane);
+        select_warp_row_any<E>(w_all + row * tn, tn, negl_prob, mask_all + row * tn, s_share[wid],
+                               s_w[wid], lane);
     }
 }
 
