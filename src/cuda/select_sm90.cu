@@ -132,7 +132,8 @@ bl_select_kernel(const float *__restrict__ w_all, int tn, int tn_pow2, double ne
 // the sequential one. 16k x 16 x 128 (Tn = 256): 15 us a call (23.6 us with every row decided
 // sequentially), against 51 us for the shared-memory sort on 64 threads and 120 us for the
 // single-CTA-per-row kernel with its divisions inside the sequential loop that came before
-// (bench/results/bwd-s17.txt).
+// (bench/results/bwd-s17.txt). Rows of more than 4 keys a lane are first searched without a
+// sort (select_warp_row_search below); this sort decides the rows the search cannot.
 enum { SEL_WARP_ROWS = 4, SEL_WARP_MAX_KEYS = 32 };  // rows (warps) per CTA; keys per lane
 
 // The contract's decision for a row whose sorted keys the warp holds (lane l: sorted positions
@@ -320,24 +321,49 @@ __device__ __forceinline__ void select_warp_row(const float *__restrict__ w_row,
     }
 }
 
+// Bits of select_warp_row_search's guess: a non-negative finite float's bits are below 2^31;
+// the high ones (exponent and 7 mantissa bits) are searched first.
+enum { SEL_SEARCH_HIGH_BIT = 30, SEL_SEARCH_SPLIT_BIT = 15 };
+
+// One binary-search pass over bits hi..lo of v: a bit is set where the tiles whose weight's bits
+// are below the candidate weigh < bound, summed in float in a fixed butterfly (the same bits on
+// every lane, so the warp branches as one).
+template <int E>
+__device__ __forceinline__ void sel_search_bits(const float (&x)[E], const uint32_t (&u)[E],
+                                                float bound, int hi, int lo, uint32_t &v) {
+    constexpr unsigned FULL = 0xffffffffu;
+#pragma unroll 1
+    for (int b = hi; b >= lo; --b) {
+        const uint32_t cand = v | (1u << b);
+        float acc = 0.0f;
+#pragma unroll
+        for (int r = 0; r < E; ++r) acc += u[r] < cand ? x[r] : 0.0f;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(FULL, acc, off);
+        if (acc < bound) v = cand;
+    }
+}
+
 // The row's decision without a sort, where it provably agrees with the sequential rule; false
 // where it cannot tell (then select_warp_row sorts and decides). Lane l holds tiles r * 32 + l
 // (coalesced loads and mask stores). Since the shares are w / T, the order by (p, n) is the order
 // by (w, n), and the skipped prefix is the set of tiles lighter than the crossing tile c, the
 // first in that order whose running sum reaches negl_prob. Its weight w_c is found by a binary
-// search over the 31 bits of a non-negative float: the largest v with F(v) = (sum of w below v)
-// < negl_prob * T, from float sums in a fixed butterfly (monotone in v: the terms are >= 0 and
-// rounding is monotone, so every lane takes the same branches). That search is only a guess; the
+// search over the 31 bits of a non-negative float (sel_search_bits): the largest v with F(v) =
+// (sum of w below v) < negl_prob * T, from float sums in a fixed butterfly (monotone in v: the
+// terms are >= 0 and rounding is monotone, so every lane takes the same branches); its 16 high
+// bits first, and where one tile alone has them, that tile is c. The search is only a guess; the
 // decision is checked in double with sel_fast_skip's margin: B = (sum of w below w_c) / T' and
 // I = (that sum + w_c) / T', each any-order sum of the k* and k* + 1 lightest tiles over the
 // tree total T', are within 2 gamma_n + u of the exact prefix sums, as the sequential S(k* - 1)
-// and S(k*) are (4 gamma_n + 2u < 5e-13 apart, n <= 1024). So I >= negl_prob + margin gives
-// S(k*) >= negl_prob, and B < negl_prob - margin (or nothing lighter) gives S(k) < negl_prob for
-// every k < k*: the rule skips exactly the tiles lighter than w_c. A row falls back where that
-// check fails, where several tiles weigh exactly w_c (their order by index would matter), where
-// no tile crosses, and where a value is NaN, infinite or negative, or the row has no mass.
-// ~1300 instructions a row at Tn = 256 (31 steps of 42 in SASS) where the sort takes ~2700 (its
-// 64-bit compare-exchanges).
+// and S(k*) are (4 gamma_n + 2u < 5e-13 apart, n <= 1024; the checks are made as products with
+// T', one more rounding). So I >= negl_prob + margin gives S(k*) >= negl_prob, and B <
+// negl_prob - margin (or nothing lighter) gives S(k) < negl_prob for every k < k*: the rule
+// skips exactly the tiles lighter than w_c. A row falls back where that check fails, where
+// several tiles weigh exactly w_c (their order by index would matter), where no tile crosses,
+// and where a value is NaN, infinite or negative, or the row has no mass.
+// Cost at Tn = 256: 16 steps of ~42 instructions (31 where the high bits do not single c out)
+// against ~2700 for the sort's 64-bit compare-exchanges.
 template <int E>
 __device__ __forceinline__ bool select_warp_row_search(const float *__restrict__ w_row, int tn,
                                                        double negl_prob,
@@ -360,19 +386,25 @@ __device__ __forceinline__ bool select_warp_row_search(const float *__restrict__
     for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(FULL, total, off);
     if (!__all_sync(FULL, clean) || !(total > 0.0)) return false;
     if (negl_prob > 0.0) {
-        // v: the largest bit pattern whose lighter tiles weigh < negl_prob * T (float guess)
+        // v: the largest bit pattern whose lighter tiles weigh < negl_prob * T (float guess),
+        // its high bits first; where one tile alone has them, its bits are v (it is the tile
+        // whose weight takes the sum past the bound), else the low bits are searched too.
         const float bound = (float)(negl_prob * total);
         uint32_t v = 0;
-#pragma unroll 1
-        for (int b = 30; b >= 0; --b) {
-            const uint32_t cand = v | (1u << b);
-            float acc = 0.0f;
+        sel_search_bits<E>(x, u, bound, SEL_SEARCH_HIGH_BIT, SEL_SEARCH_SPLIT_BIT, v);
+        int in_bucket = 0;
+        uint32_t mine = 0;
 #pragma unroll
-            for (int r = 0; r < E; ++r) acc += u[r] < cand ? x[r] : 0.0f;
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(FULL, acc, off);
-            if (acc < bound) v = cand;
+        for (int r = 0; r < E; ++r) {
+            if ((u[r] >> SEL_SEARCH_SPLIT_BIT) == (v >> SEL_SEARCH_SPLIT_BIT)) {
+                ++in_bucket;
+                mine = u[r];
+            }
         }
+        if (__reduce_add_sync(FULL, in_bucket) == 1)
+            v = __reduce_max_sync(FULL, mine);  // lanes without it hold 0
+        else
+            sel_search_bits<E>(x, u, bound, SEL_SEARCH_SPLIT_BIT - 1, 0, v);
         double below = 0.0, at = 0.0;
         int at_count = 0;
         bool lighter = false;
@@ -387,8 +419,11 @@ __device__ __forceinline__ bool select_warp_row_search(const float *__restrict__
             at += __shfl_xor_sync(FULL, at, off);
         }
         if (__reduce_add_sync(FULL, at_count) != 1) return false;  // ties at w_c, or no crossing
-        const bool up = (below + at) / total >= negl_prob + SEL_FAST_MARGIN;
-        const bool down = !__any_sync(FULL, lighter) || below / total < negl_prob - SEL_FAST_MARGIN;
+        // B < negl_prob - margin and I >= negl_prob + margin, as products with T' (no division:
+        // the product's rounding, u relative, is far inside the margin's slack)
+        const bool up = below + at >= (negl_prob + SEL_FAST_MARGIN) * total;
+        const bool down =
+            !__any_sync(FULL, lighter) || below < (negl_prob - SEL_FAST_MARGIN) * total;
         if (!(up && down)) return false;
 #pragma unroll
         for (int r = 0; r < E; ++r) {
@@ -406,10 +441,12 @@ __device__ __forceinline__ bool select_warp_row_search(const float *__restrict__
 }
 
 // Keys per lane from which a row is searched first (select_warp_row_search), not sorted. At E = 8
-// (Tn 129..256) the search took the 32k x 24 causal selection from 72 to 33 us a call; at E = 4
-// (Tn 128) it cost more than the sort: 14 -> 17.7 us, beside the preprocess (bench/results/
-// bwd-s91-select-search.txt, call 1). E = 16 / 32 (Tn to 1024) take it too, as the sort's cost
-// grows faster than the search's (N log^2 N against 31 E); their times are not measured.
+// (Tn 129..256) the search took the 32k x 24 causal selection from 72 to 33 us a call with 31
+// steps, to 26 us with the high bits first; at E = 4 (Tn 128) 31 steps cost more than the sort
+// (14 -> 17.7 us, beside the preprocess), the high bits first level with it (14.3 -> 13.6 us,
+// one round: bench/results/bwd-s91-select-search.txt, calls 1 and 5), so E = 4 keeps the sort.
+// E = 16 / 32 (Tn to 1024) take the search too, as the sort's cost grows faster (N log^2 N
+// against ~16 E); their times are not measured.
 constexpr int SEL_SEARCH_MIN_KEYS = 8;
 
 template <int E>
