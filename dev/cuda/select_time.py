@@ -1,5 +1,8 @@
 """select_time.py -- the GPU selection (W -> block mask) alone, on the bench's video inputs: its
-time per call (CUDA events, median of --reps) and its masks against the CPU rule, bit for bit.
+masks against the CPU rule, bit for bit, and its time per call (CUDA events around each call,
+median of --reps). The events also hold the host's launch of the torch op (~80 us on the H200
+machine, bench/results/bwd-s91-select-search.txt): read the kernel's own duration from
+dev/cuda/bwd_call_timeline.py's `negl:P` keeps instead.
 
     BACK_LITE_LIBRARY=build/ab/X.so python3 dev/cuda/select_time.py \
         --shape 1,32768,24,128 --causal --negls 0.01,0.05,0.2,0.5
