@@ -2,7 +2,7 @@
 // bl_cuda_backward and the main-kernel launch.
 //
 // Stages (all on the caller's stream, scratch from the workspace): [selection W -> mask],
-// per-key-tile lists and the heaviest-first schedule (select_sm90.cu), preprocess Dlt / lse / dq
+// per-key-tile lists and the heaviest-first schedule (bwd_lists_sm90.cu), preprocess Dlt / lse / dq
 // accumulator (bwd_prepost_sm90.cu; it runs beside the three before it), the main kernel,
 // postprocess dq.
 //
@@ -402,7 +402,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                                     d->head_dim, box, bf16);
     }
     // A masked call's aligned 80-row entries are list codes hl << 20 | m << 2 | bits
-    // (select_sm90.cu): calls too long or too grouped for that encoding keep version 10 alone.
+    // (bwd_lists_sm90.cu): calls too long or too grouped for that encoding keep version 10 alone.
     if (masked && !bl_bwd_r80_lists_fit(dm)) rows80 = false;
     const bool forced = g_variant == BL_BWD_VARIANT_WS128_ROWS80;  // no choice: 80 rows, aligned
     // A call whose columns are too few for the SMs splits each column's query heads

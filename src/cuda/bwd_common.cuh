@@ -60,10 +60,10 @@ struct bl_bwd_workspace {
     // which kernel takes a masked head-dim-128 call, read by all of them on the device
     // (bl_bwd_rows80_chosen, bl_bwd_packed_chosen, bl_bwd_masked_full).
     unsigned long long *totals;
-    int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: select_sm90.cu)
+    int *schedule;    // (B*Hk*Tn): key-tile indices, heaviest first (in windows: bwd_lists_sm90.cu)
     // (B*Hk*Tn*P + 1): {column, its count, its count80, part} in schedule order, P records a
     // column with P the call's head split (bl_bwd_head_split; 1 where a call does not split),
-    // part-major within each schedule window (select_sm90.cu, sched_split_order); the last
+    // part-major within each schedule window (bwd_lists_sm90.cu, sched_split_order); the last
     // {-1, 0, 0, 0}
     int4 *sched_rec;
     // (B*Hk*Tn + 1): sched_rec's records again, sorted within windows of half the size, which
@@ -260,14 +260,14 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
 // select_sm90.cu: the selection kernel, W (B,Hq,Tm,Tn) -> mask (B,Hq,Tm,Tn), on `stream`.
 bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float negl_prob,
                            uint8_t *mask, cudaStream_t stream);
-// select_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80
+// bwd_lists_sm90.cu: mask (NULL = dense) -> ws->counts, ws->lists; with rows80 also ws->counts80
 // and ws->lists80; ws->dq_writers unless NULL. Tiles with no allowed key under `causal` are left
 // out whatever the mask says. With rows80 ws->totals are zeroed (the schedule sums them).
 // dependent: launched as the programmatic dependent of the kernel before it (the selection),
 // whose mask it reads once that one is done. Its own dependent (the schedule) starts at once.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream);
-// select_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
+// bwd_lists_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
 // ws->sched_next, with rows80 ws->totals, and ws->sched_rec_low where rows80 and
 // bl_bwd_schedule_window give it windows (else it sets ws->sched_rec_low NULL). Launched as the
 // programmatic dependent of the lists kernel (it reads the counts once that one is done); its
@@ -275,7 +275,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // split: the call's head split (bl_bwd_head_split): each column's record repeated for its parts.
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  bl_bwd_workspace *ws, cudaStream_t stream);
-// select_sm90.cu: the schedule's window in columns (the records' part-major runs) for a call of
+// bwd_lists_sm90.cu: the schedule's window in columns (the records' part-major runs) for a call of
 // head split `split`; with low != NULL also the windows of ws->sched_rec_low (0: none).
 bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
                                  int *low);
@@ -324,7 +324,7 @@ size_t bl_bwd_dq_accum_floats(const bl_bwd_dims &dm, bl_dq_layout layout);
 // A row tile's list entries, one byte per lists CTA (bl_bwd_workspace::dq_writers): calls with
 // more lists CTAs per (b, kv head) -- key tiles past 16 x 16 at 16 per CTA -- go without.
 #define BL_BWD_WRITER_RUNS 16
-// select_sm90.cu: how many lists CTAs share the key tiles of one (b, kv head).
+// bwd_lists_sm90.cu: how many lists CTAs share the key tiles of one (b, kv head).
 int64_t bl_bwd_list_runs(const bl_bwd_dims &dm);
 
 // Whether a call counts the list entries of each row tile (bl_bwd_workspace::dq_writers), so

@@ -101,7 +101,7 @@ __device__ __forceinline__ void ws_tma_kv_tile(const bwd_params &p, uint32_t sK,
 // The CTA's first column is schedule position blockIdx.x, each next one gridDim.x + the next
 // value of the p.sched_next counter, drawn once the producer has issued the last column's row
 // tiles (about two entries before the consumers finish it): CTAs take the schedule (heaviest
-// first within windows of whole rounds, select_sm90.cu) greedily, as the hardware hands out CTAs.
+// first within windows of whole rounds, bwd_lists_sm90.cu) greedily, as the hardware hands out CTAs.
 // Measured: at 16k causal this dynamic walk beats one CTA per column by 2 % dense and 1-3 % sparse
 // (bench/results/bwd-s9-persistent.txt, run 6). Non-causal calls walked a static snake until the
 // tenth session (round k: CTA x took position k grid + x, or k grid + grid - 1 - x for odd k),

@@ -110,7 +110,7 @@ __device__ __forceinline__ uint32_t r80_dq_offset_grouped(int ct, int t) {
     return (uint32_t)((t * WARPS * 32 + ct) * 4);
 }
 
-// An entry of p.lists80, hl << 20 | m << 2 | bits (select_sm90.cu) -> q head hl of the group,
+// An entry of p.lists80, hl << 20 | m << 2 | bits (bwd_lists_sm90.cu) -> q head hl of the group,
 // row tile m, bits: shifts, no division (the producer and the reducer run on 24 registers).
 __device__ __forceinline__ void r80_list_entry(int code, int &hl, int &m, int &bits) {
     hl = code >> BL_R80_ENTRY_HL_SHIFT;

@@ -17,7 +17,7 @@
 #define BL_CUDA_CHECK_LAUNCH(name) BL_CUDA_CHECK(cudaPeekAtLastError())
 
 // The current device's SM count: the persistent backward kernel's grid and, from the same number,
-// the backward schedule's window (select_sm90.cu).
+// the backward schedule's window (bwd_lists_sm90.cu).
 static inline bl_status bl_sm_count(int *sms) {
     int dev = 0;
     BL_CUDA_CHECK(cudaGetDevice(&dev));
