@@ -1,5 +1,5 @@
 // attn_bwd.cu -- standalone checker and timer of the sm_90a selection and block-sparse backward
-// (src/cuda/attn_bwd_sm90.cu, select_sm90.cu, bwd_prepost_sm90.cu), llm.c style.
+// (src/cuda/attn_bwd_sm90.cu, select_sm90.cu, bwd_lists_sm90.cu, bwd_prepost_sm90.cu), llm.c style.
 //
 // check: builds its own inputs, runs a float64 CPU forward (out, lse, tile mass W), then compares
 //   the GPU dq/dk/dv against a float64 CPU backward over exactly the kept tiles, for dense,
@@ -10,7 +10,8 @@
 // Build (from the repo root):
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math \
 //        --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT -I include -I src -I src/cuda -o attn_bwd dev/cuda/attn_bwd.cu \
-//        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu \
+//        src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_lists_sm90.cu \
+//        src/cuda/bwd_prepost_sm90.cu \
 //        src/select.c src/error.c
 // Run: ./attn_bwd check | ./attn_bwd small | ./attn_bwd bench
 // `small`, `small64`, `smallp`, `smallpc`, `smallnc`: a few tiny cases for compute-sanitizer

@@ -29,7 +29,7 @@ build_one() {  # NAME FILE SED
 if [ "${1:-}" = build ]; then
     shift
     rm -rf $DIR && mkdir -p $DIR/common
-    for f in dev/cuda/attn_bwd.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
+    for f in dev/cuda/attn_bwd.cu src/cuda/select_sm90.cu src/cuda/bwd_lists_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
         $NV -I src/cuda -c "$f" -o "$DIR/common/$(basename "$f" .cu).o"
     done
     gcc -O2 -I include -I src -c src/select.c -o $DIR/common/select.o

@@ -19,7 +19,7 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 if has build; then
   (nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1) > "$OUT/bwd-env.txt" 2>&1
   pids=()
-  for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
+  for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_lists_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
     nvcc $NVFLAGS -Xptxas=-v,--warn-on-spills -c "$f" -o "build/dev/$(basename "$f" .cu).o" > "build/dev/$(basename "$f" .cu).log" 2>&1 &
     pids+=($!)
   done
@@ -33,7 +33,7 @@ if has build64; then
   mkdir -p build/dev64
   F64="-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -I include -I src -I src/cuda"
   pids=()
-  for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
+  for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_lists_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
     nvcc $F64 -Xptxas=-v,--warn-on-spills -c "$f" -o "build/dev64/$(basename "$f" .cu).o" > "build/dev64/$(basename "$f" .cu).log" 2>&1 &
     pids+=($!)
   done
