@@ -29,7 +29,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from bench_attn import random_qkv, random_tile_mask, video_qkv  # noqa: E402
+from bench_attn import grouped, random_qkv, random_tile_mask, video_qkv  # noqa: E402
 from back_lite import functional as blf  # noqa: E402
 
 SLEEP_CYCLES = 2_000_000  # ~1 ms at 1.98 GHz: longer than the host needs to queue one call
@@ -146,13 +146,13 @@ def main(argv=None) -> None:
     video = None
     for keep in args.keeps.split(","):
         if keep.startswith("negl:"):
-            if hk != h:
-                raise SystemExit("negl: keeps use the video inputs, which have H K / V heads")
-            if video is None:
-                qs, ks, vs = video_qkv(b, s, h, d, torch.bfloat16, dev)
+            if video is None:  # GQA / MQA: K / V cut to their first hk heads, as the bench does
+                qs, ks, vs = grouped(*video_qkv(b, s, h, d, torch.bfloat16, dev), hk)
                 outs, lses, ws = blf.forward(qs, ks, vs, causal=args.causal, with_stats=True)
                 video = (qs, ks, vs, outs, lses, ws)
             negl = float(keep[len("negl:"):])
+            kept = 1.0 - blf.backward_sparsity(blf.select(video[5], negl), s, s, args.causal)
+            print(f"   ({keep} keeps {kept:.3f} of the computable tiles)")
             fn = lambda negl=negl, x=video: blf.backward(dout, *x[:5], tile_mass=x[5],
                                                          negl_prob=negl, causal=args.causal)
         elif keep == "dense":

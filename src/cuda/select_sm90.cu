@@ -442,12 +442,13 @@ __device__ __forceinline__ bool select_warp_row_search(const float *__restrict__
 
 // Keys per lane from which a row is searched first (select_warp_row_search), not sorted. At E = 8
 // (Tn 129..256) the search took the 32k x 24 causal selection from 72 to 33 us a call with 31
-// steps, to 26 us with the high bits first; at E = 4 (Tn 128) 31 steps cost more than the sort
-// (14 -> 17.7 us, beside the preprocess), the high bits first level with it (14.3 -> 13.6 us,
-// one round: bench/results/bwd-s91-select-search.txt, calls 1 and 5), so E = 4 keeps the sort.
-// E = 16 / 32 (Tn to 1024) take the search too, as the sort's cost grows faster (N log^2 N
-// against ~16 E); their times are not measured.
-constexpr int SEL_SEARCH_MIN_KEYS = 8;
+// steps, to 26 us with the high bits first. At E = 4 (Tn 65..128) 31 steps cost more than the
+// sort (14 -> 17.7 us, beside the preprocess), but the high bits first beat it: 16k x 16 x 128
+// causal negl 0.5 selection 16.5 -> 13.5 us, span -2.7 us in two rounds, non-causal level
+// (bench/results/bwd-s91-select-search.txt, calls 1 and 5; bwd-s92-select-e4.txt). Below E = 4
+// (Tn <= 64) the sort of 64 keys stays. E = 16 / 32 (Tn to 1024) take the search too, as the
+// sort's cost grows faster (N log^2 N against ~16 E); their times are not measured.
+constexpr int SEL_SEARCH_MIN_KEYS = 4;
 
 template <int E>
 __device__ __forceinline__ void select_warp_row_any(const float *__restrict__ w_row, int tn,
