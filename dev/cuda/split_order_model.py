@@ -18,8 +18,9 @@ CTAs is the tail. Orders:
 The model knows nothing of L2: on the device (bench/results/bwd-s92-split-bands.txt) bands of 8
 lost 34-128 us everywhere, though the model ranked them above the library's order on every masked
 call (below it only on the dense one): the CTAs running at once then walk ~4 query heads instead
-of 1-2. Read its tails as an upper bound on what an order can take back, not as a ranking of
-orders that trade away locality.
+of 1-2 (a staircase with two heads in flight, modelled apart, lost 18-700 us too). Read its tails
+as an upper bound on what an order can take back, not as a ranking of orders that trade away
+locality.
 
 Masks: `random:KEEP` (bench_attn.random_tile_mask, as the bench draws them) or `video:NEGL` (the
 bench's video-grid inputs; W computed here in float32 from the bf16-rounded inputs, one (b, h) at
