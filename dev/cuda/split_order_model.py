@@ -18,7 +18,7 @@ CTAs is the tail. Orders:
 The model knows nothing of L2: on the device (bench/results/bwd-s92-split-bands.txt) bands of 8
 lost 34-128 us everywhere, though the model ranked them above the library's order on every masked
 call (below it only on the dense one): the CTAs running at once then walk ~4 query heads instead
-of 1-2 (a staircase with two heads in flight, modelled apart, lost 18-700 us too). Read its tails
+of 1-2 (a staircase with two heads in flight, modelled apart, lost 32-700 us on all calls but one). Read its tails
 as an upper bound on what an order can take back, not as a ranking of orders that trade away
 locality.
 
