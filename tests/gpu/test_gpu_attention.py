@@ -295,9 +295,9 @@ def test_gpu_select_is_the_cpu_rule_bit_for_bit(tiles_n):
 def test_gpu_select_many_rows_bit_for_bit(shape):
     """Row tiles by the thousand: on an H200 (132 SMs) the first two take the warp kernel's
     capped grid, each warp selecting rows in turn, and the bench's 32k x 24 its grid of one CTA
-    per 4 rows in several waves (launch_select_warp); the 256-key-tile rows of the last two are
-    decided by the sort-free search (select_warp_row_search), the sort where it cannot -- the same
-    masks as the CPU rule, row for row."""
+    per 4 rows in several waves (launch_select_warp); every row (128 or 256 key tiles) is decided
+    by the sort-free search (select_warp_row_search), the sort where it cannot -- the same masks as
+    the CPU rule, row for row."""
     g = torch.Generator().manual_seed(shape[-1])
     w = torch.rand(*shape, generator=g) ** 6
     w[0, 0, 7] = 0.0
