@@ -18,9 +18,9 @@ CTAs is the tail. Orders:
 The model knows nothing of L2: on the device (bench/results/bwd-s92-split-bands.txt) bands of 8
 lost 34-128 us everywhere, though the model ranked them above the library's order on every masked
 call (below it only on the dense one): the CTAs running at once then walk ~4 query heads instead
-of 1-2 (a staircase with two heads in flight, modelled apart, lost 32-700 us on all calls but one). Read its tails
-as an upper bound on what an order can take back, not as a ranking of orders that trade away
-locality.
+of 1-2 (a staircase with two heads in flight, modelled apart, lost 32-700 us on all calls but
+one). Read its tails as an upper bound on what an order can take back, not as a ranking of orders
+that trade away locality.
 
 Masks: `random:KEEP` (bench_attn.random_tile_mask, as the bench draws them) or `video:NEGL` (the
 bench's video-grid inputs; W computed here in float32 from the bf16-rounded inputs, one (b, h) at
@@ -51,14 +51,6 @@ COST_RECORD_US = 2.5
 ROW_CHUNK = 1024  # query rows per score block when forming W
 BANDS = (2, 4, 8)
 ORDERS = ("library", "part-count") + tuple(f"bands:{k}" for k in BANDS) + ("lpt",)
-
-
-def computable(tm: int, tn: int, s: int, causal: bool) -> torch.Tensor:
-    """(Tm, Tn) bool: tiles with an allowed pair (Sq = Sk = s)."""
-    if not causal:
-        return torch.ones(tm, tn, dtype=torch.bool)
-    last_row = torch.clamp((torch.arange(tm) + 1) * TM, max=s) - 1
-    return (torch.arange(tn) * TN)[None, :] <= last_row[:, None]
 
 
 def video_w(b: int, s: int, h: int, d: int, hk: int, causal: bool) -> torch.Tensor:
@@ -138,8 +130,10 @@ def main() -> None:
     ap.add_argument("--parts", type=int, default=8)
     args = ap.parse_args()
     b, s, h, d, hk = (int(x) for x in args.shape.split(","))
+    if blf.tile_shape("cpu") != (TM, TN):
+        raise SystemExit(f"the CPU backend's tiles {blf.tile_shape('cpu')} are not the CUDA ones")
     tm, tn = math.ceil(s / TM), math.ceil(s / TN)
-    comp = computable(tm, tn, s, args.causal)
+    comp = blf.computable_tiles(s, s, args.causal)  # (Tm, Tn)
     window = (WINDOW_ROUNDS_CAUSAL if args.causal else 1) * CTAS
     w = None
     print(f"shape {(b, s, h, d, hk)} causal={args.causal}, {args.parts} parts, {CTAS} CTAs, "
