@@ -323,7 +323,7 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
 
 // Window schedule: the columns in their natural order cut into windows of `window` columns, each
 // window sorted by count, descending and stable (rank by counting). A window's ranks are split
-// over SCHED_RANK_THREADS-column parts, one CTA each: every CTA reads the whole window (at most
+// over SCHED_RANK_COLS-column parts, one CTA each: every CTA reads the whole window (at most
 // 1024 counts) and ranks its part against it, so the O(window^2) compares of a 4-round causal
 // window (~280 k at 4 x 132) run on many SMs (one CTA per window took 16.5 us at 16k x 16 x 128
 // causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6).
@@ -336,6 +336,15 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
 // sub-windows of low columns too, as recs_low (bl_bwd_workspace::sched_rec_low).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
        SCHED_WINDOW_ROUNDS_NC128 = 1, SCHED_LONG_HEAD_TILES = 256, SCHED_RANK_THREADS = 64 };
+// Threads that rank one column, each against a quarter of the window (lane = q x 8 + c: quarter q,
+// column slot c of the warp's 8), their counts summed by shuffles. With one thread a column
+// against the whole window, masked causal calls at 16k x 16 x 128 waited for this kernel: its 67
+// us (beside the lists kernel and the preprocess) ended ~10 us after the preprocess's bytes, and
+// the main kernel started at ~73 us; with four, 43 us, the main kernel at ~63 us, spans -9..-11 us
+// at 50 / 25 / 3 % kept (two rounds; dense and non-causal calls level, the preprocess binding them:
+// bench/results/bwd-s92-schedule-rank-split.txt).
+constexpr int SCHED_RANK_SPLIT = 4;
+constexpr int SCHED_RANK_COLS = SCHED_RANK_THREADS / SCHED_RANK_SPLIT;  // columns a CTA ranks
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window, int low,
@@ -345,19 +354,23 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     sched_dependent_start();
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
-    const int i = (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x;  // in the window
+    const int lane = threadIdx.x & 31;
+    constexpr int SEG = 32 / SCHED_RANK_SPLIT;  // lanes that share a quarter
+    const int q = lane / SEG, c = lane % SEG;   // this lane's quarter and column slot
+    const int i = (blockIdx.x % parts) * SCHED_RANK_COLS + (threadIdx.x >> 5) * SEG + c;
     // i's sub-window [lo, lo + low) of the window (low = 0: an empty one, nothing counted)
     const int lo = low > 0 ? i / low * low : 0;
-    // The window's counts in registers, count 32 k + lane in own[k], all loaded at once (one
-    // round trip), then broadcast by shuffles (a scan through L1 / L2 took 50-100 us beside the
-    // preprocess's traffic: a round trip per step).
-    constexpr int PER_LANE = SCHED_WINDOW_MAX / 32;
-    const int lane = threadIdx.x & 31;
+    // The quarter's counts in registers, count qn q + SEG k + c in own[k], all loaded at once (one
+    // round trip), then broadcast by shuffles within the quarter's SEG lanes (a scan through L1 /
+    // L2 took 50-100 us beside the preprocess's traffic: a round trip per step).
+    const int qn = (n + SCHED_RANK_SPLIT - 1) / SCHED_RANK_SPLIT;  // window columns a quarter
+    const int qend = min(n, qn * (q + 1));
+    constexpr int PER_LANE = SCHED_WINDOW_MAX / SCHED_RANK_SPLIT / SEG;  // a quarter's counts a lane
     int own[PER_LANE];
 #pragma unroll
     for (int k = 0; k < PER_LANE; ++k) {
-        const int j = 32 * k + lane;
-        own[k] = j < n ? counts[w0 + j] : INT_MIN;  // INT_MIN ranks below every count
+        const int j = qn * q + SEG * k + c;
+        own[k] = j < qend ? counts[w0 + j] : INT_MIN;  // INT_MIN ranks below every count
     }
     const int ci = i < n ? counts[w0 + i] : 0;
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
@@ -366,12 +379,12 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     int r0 = 0, r1 = 0, s0 = 0, s1 = 0;
 #pragma unroll
     for (int k = 0; k < PER_LANE; ++k) {
-        if (32 * k >= n) break;
+        if (SEG * k >= qn) break;
 #pragma unroll 8
-        for (int src = 0; src < 32; src += 2) {
-            const int j = 32 * k + src;
-            const int a = __shfl_sync(0xffffffffu, own[k], src);
-            const int b = __shfl_sync(0xffffffffu, own[k], src + 1);
+        for (int src = 0; src < SEG; src += 2) {
+            const int j = qn * q + SEG * k + src;
+            const int a = __shfl_sync(0xffffffffu, own[k], src, SEG);
+            const int b = __shfl_sync(0xffffffffu, own[k], src + 1, SEG);
             const int ha = (a > ci) | ((a == ci) & (j < i));
             const int hb = (b > ci) | ((b == ci) & (j + 1 < i));
             r0 += ha;
@@ -380,20 +393,25 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
             s1 += hb & ((unsigned)(j + 1 - lo) < (unsigned)low);
         }
     }
-    if (i < n) {
-        const int rank = r0 + r1;
+    int rank = r0 + r1, rank_low = s0 + s1;
+#pragma unroll
+    for (int off = SEG; off < 32; off <<= 1) {  // the quarters' counts summed
+        rank += __shfl_xor_sync(0xffffffffu, rank, off);
+        rank_low += __shfl_xor_sync(0xffffffffu, rank_low, off);
+    }
+    if (i < n && q == 0) {
         schedule[w0 + rank] = w0 + i;
         // a split call's column as `split` records, one per part of its query heads: the
         // window's columns in count order for part 0, then for part 1, ... (sched_split_order)
         for (int j = 0; j < split; ++j)
             recs[(int64_t)w0 * split + (int64_t)j * n + rank] = make_int4(w0 + i, ci, c80, j);
-        if (low > 0) recs_low[w0 + lo + s0 + s1] = make_int4(w0 + i, ci, c80, 0);
+        if (low > 0) recs_low[w0 + lo + rank_low] = make_int4(w0 + i, ci, c80, 0);
     }
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
         // global atomic per warp.
         unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
-        if (i < n) {
+        if (i < n && q == 0) {  // one lane a column
             s[0] = (unsigned long long)ci;
             s[1] = (unsigned long long)c80;
             // the pairs the mask drops of the G x (row tiles the column allows) (bl_bwd_masked_full)
@@ -529,7 +547,7 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                 ws->schedule, ws->sched_rec, ws->sched_next));
         return BL_OK;
     }
-    const int parts = (window + SCHED_RANK_THREADS - 1) / SCHED_RANK_THREADS;  // CTAs per window
+    const int parts = (window + SCHED_RANK_COLS - 1) / SCHED_RANK_COLS;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
     BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_window_kernel, dim3((unsigned)(windows * parts)),
                             dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, dm, causal,
