@@ -342,7 +342,9 @@ enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAU
 // us (beside the lists kernel and the preprocess) ended ~10 us after the preprocess's bytes, and
 // the main kernel started at ~73 us; with four, 43 us, the main kernel at ~63 us, spans -9..-11 us
 // at 50 / 25 / 3 % kept (two rounds; dense and non-causal calls level, the preprocess binding them:
-// bench/results/bwd-s92-schedule-rank-split.txt).
+// bench/results/bwd-s92-schedule-rank-split.txt). At 32k x 24 causal, where the preprocess (~175
+// us) binds, one round read +5 / +6 us: the four times as many warps held beside it for ~60 us
+// (not replicated; a rule that splits only where the preprocess is short is the next step).
 constexpr int SCHED_RANK_SPLIT = 4;
 constexpr int SCHED_RANK_COLS = SCHED_RANK_THREADS / SCHED_RANK_SPLIT;  // columns a CTA ranks
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
