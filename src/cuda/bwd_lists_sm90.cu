@@ -323,7 +323,7 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
 
 // Window schedule: the columns in their natural order cut into windows of `window` columns, each
 // window sorted by count, descending and stable (rank by counting). A window's ranks are split
-// over SCHED_RANK_COLS-column parts, one CTA each: every CTA reads the whole window (at most
+// over parts of SCHED_RANK_THREADS / SPLIT columns, one CTA each: every CTA reads the whole window (at most
 // 1024 counts) and ranks its part against it, so the O(window^2) compares of a 4-round causal
 // window (~280 k at 4 x 132) run on many SMs (one CTA per window took 16.5 us at 16k x 16 x 128
 // causal under ncu, bench/results/bwd-s16-r80-masked.txt run 6).
@@ -336,42 +336,48 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
 // sub-windows of low columns too, as recs_low (bl_bwd_workspace::sched_rec_low).
 enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAUSAL = 4,
        SCHED_WINDOW_ROUNDS_NC128 = 1, SCHED_LONG_HEAD_TILES = 256, SCHED_RANK_THREADS = 64 };
-// Threads that rank one column, each against a quarter of the window (lane = q x 8 + c: quarter q,
-// column slot c of the warp's 8), their counts summed by shuffles. With one thread a column
-// against the whole window, masked causal calls at 16k x 16 x 128 waited for this kernel: its 67
-// us (beside the lists kernel and the preprocess) ended ~10 us after the preprocess's bytes, and
-// the main kernel started at ~73 us; with four, 43 us, the main kernel at ~63 us, spans -9..-11 us
-// at 50 / 25 / 3 % kept (two rounds; dense and non-causal calls level, the preprocess binding them:
-// bench/results/bwd-s92-schedule-rank-split.txt). At 32k x 24 causal, where the preprocess (~175
-// us) binds, one round read +5 / +6 us: the four times as many warps held beside it for ~60 us
-// (not replicated; a rule that splits only where the preprocess is short is the next step).
-constexpr int SCHED_RANK_SPLIT = 4;
-constexpr int SCHED_RANK_COLS = SCHED_RANK_THREADS / SCHED_RANK_SPLIT;  // columns a CTA ranks
+// Threads that rank one column (SPLIT): one against the whole window, or four, each against a
+// quarter of it (lane = q x 8 + c: quarter q, column slot c of the warp's 8), their counts summed
+// by shuffles. With one thread a column, masked causal calls at 16k x 16 x 128 waited for this
+// kernel: its 67 us (beside the lists kernel and the preprocess) ended ~10 us after the
+// preprocess's bytes, and the main kernel started at ~73 us; with four, 43 us, the main kernel at
+// ~63 us, spans -9..-11 us at 50 / 25 / 3 % kept (two rounds; dense and non-causal calls level,
+// the preprocess binding them: bench/results/bwd-s92-schedule-rank-split.txt). Where the
+// preprocess is long it binds anyway, and the split's four times as many warps beside it for ~60
+// us cost it time: 32k x 24 causal +5 / +6 us in one round. So calls whose preprocess moves more
+// than SCHED_RANK_SPLIT_MAX_ELEMS elements keep one thread a column (sched_rank_split). Each
+// instantiation's SASS is the one measured: <1> the kernel before the split (20f0ccf), <4> the
+// split of 26d83e3 (the SPLIT == 1 forms of the expressions below keep <1>'s instructions).
+template <int SPLIT>
 __global__ void __launch_bounds__(SCHED_RANK_THREADS)
 bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict__ counts,
                               const int *__restrict__ counts80, int num_cols, int window, int low,
                               int parts, int split, int *__restrict__ schedule, int4 *__restrict__ recs,
                               int4 *__restrict__ recs_low, int *__restrict__ next,
                               unsigned long long *__restrict__ totals) {
+    static_assert(SPLIT == 1 || SPLIT == 4, "one thread a column, or a quarter of the window each");
+    constexpr int COLS = SCHED_RANK_THREADS / SPLIT;  // columns a CTA ranks
+    constexpr int SEG = 32 / SPLIT;                   // lanes that share a quarter
     sched_dependent_start();
     const int w0 = (blockIdx.x / parts) * window;
     const int n = min(window, num_cols - w0);
     const int lane = threadIdx.x & 31;
-    constexpr int SEG = 32 / SCHED_RANK_SPLIT;  // lanes that share a quarter
-    const int q = lane / SEG, c = lane % SEG;   // this lane's quarter and column slot
-    const int i = (blockIdx.x % parts) * SCHED_RANK_COLS + (threadIdx.x >> 5) * SEG + c;
+    const int q = SPLIT == 1 ? 0 : lane / SEG;  // this lane's quarter of the window
+    const int c = SPLIT == 1 ? lane : lane % SEG;  // and its column slot
+    const int i = SPLIT == 1 ? (blockIdx.x % parts) * SCHED_RANK_THREADS + threadIdx.x
+                             : (blockIdx.x % parts) * COLS + (threadIdx.x >> 5) * SEG + c;
     // i's sub-window [lo, lo + low) of the window (low = 0: an empty one, nothing counted)
     const int lo = low > 0 ? i / low * low : 0;
     // The quarter's counts in registers, count qn q + SEG k + c in own[k], all loaded at once (one
     // round trip), then broadcast by shuffles within the quarter's SEG lanes (a scan through L1 /
     // L2 took 50-100 us beside the preprocess's traffic: a round trip per step).
-    const int qn = (n + SCHED_RANK_SPLIT - 1) / SCHED_RANK_SPLIT;  // window columns a quarter
-    const int qend = min(n, qn * (q + 1));
-    constexpr int PER_LANE = SCHED_WINDOW_MAX / SCHED_RANK_SPLIT / SEG;  // a quarter's counts a lane
+    const int qn = SPLIT == 1 ? n : (n + SPLIT - 1) / SPLIT;  // window columns a quarter
+    const int qend = SPLIT == 1 ? n : min(n, qn * (q + 1));
+    constexpr int PER_LANE = SCHED_WINDOW_MAX / SPLIT / SEG;  // a quarter's counts a lane
     int own[PER_LANE];
 #pragma unroll
     for (int k = 0; k < PER_LANE; ++k) {
-        const int j = qn * q + SEG * k + c;
+        const int j = SPLIT == 1 ? 32 * k + lane : qn * q + SEG * k + c;
         own[k] = j < qend ? counts[w0 + j] : INT_MIN;  // INT_MIN ranks below every count
     }
     const int ci = i < n ? counts[w0 + i] : 0;
@@ -384,9 +390,11 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         if (SEG * k >= qn) break;
 #pragma unroll 8
         for (int src = 0; src < SEG; src += 2) {
-            const int j = qn * q + SEG * k + src;
-            const int a = __shfl_sync(0xffffffffu, own[k], src, SEG);
-            const int b = __shfl_sync(0xffffffffu, own[k], src + 1, SEG);
+            const int j = SPLIT == 1 ? 32 * k + src : qn * q + SEG * k + src;
+            const int a = SPLIT == 1 ? __shfl_sync(0xffffffffu, own[k], src)
+                                     : __shfl_sync(0xffffffffu, own[k], src, SEG);
+            const int b = SPLIT == 1 ? __shfl_sync(0xffffffffu, own[k], src + 1)
+                                     : __shfl_sync(0xffffffffu, own[k], src + 1, SEG);
             const int ha = (a > ci) | ((a == ci) & (j < i));
             const int hb = (b > ci) | ((b == ci) & (j + 1 < i));
             r0 += ha;
@@ -395,19 +403,22 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
             s1 += hb & ((unsigned)(j + 1 - lo) < (unsigned)low);
         }
     }
-    int rank = r0 + r1, rank_low = s0 + s1;
+    if constexpr (SPLIT > 1) {  // the quarters' counts summed (into r0 and s0)
+        r0 += r1, s0 += s1, r1 = s1 = 0;
 #pragma unroll
-    for (int off = SEG; off < 32; off <<= 1) {  // the quarters' counts summed
-        rank += __shfl_xor_sync(0xffffffffu, rank, off);
-        rank_low += __shfl_xor_sync(0xffffffffu, rank_low, off);
+        for (int off = SEG; off < 32; off <<= 1) {
+            r0 += __shfl_xor_sync(0xffffffffu, r0, off);
+            s0 += __shfl_xor_sync(0xffffffffu, s0, off);
+        }
     }
     if (i < n && q == 0) {
+        const int rank = r0 + r1;
         schedule[w0 + rank] = w0 + i;
         // a split call's column as `split` records, one per part of its query heads: the
         // window's columns in count order for part 0, then for part 1, ... (sched_split_order)
         for (int j = 0; j < split; ++j)
             recs[(int64_t)w0 * split + (int64_t)j * n + rank] = make_int4(w0 + i, ci, c80, j);
-        if (low > 0) recs_low[w0 + lo + rank_low] = make_int4(w0 + i, ci, c80, 0);
+        if (low > 0) recs_low[w0 + lo + s0 + s1] = make_int4(w0 + i, ci, c80, 0);
     }
     if (counts80) {
         // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
@@ -535,6 +546,14 @@ bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, 
     return BL_OK;
 }
 
+// The preprocess's elements (B x Hq x Sq x D) above which the window schedule ranks a column with
+// one thread (bl_bwd_schedule_window_kernel<1>): 16k x 16 x 128 (2^25, its schedule binding masked
+// causal calls) takes four, 32k x 24 x 128 (~2^26.6, its preprocess binding) one.
+constexpr int64_t SCHED_RANK_SPLIT_MAX_ELEMS = int64_t(1) << 26;
+static int sched_rank_split(const bl_bwd_dims &dm) {
+    return dm.batch * dm.heads_q * dm.seqlen_q * dm.head_dim <= SCHED_RANK_SPLIT_MAX_ELEMS ? 4 : 1;
+}
+
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
@@ -549,9 +568,13 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                                 ws->schedule, ws->sched_rec, ws->sched_next));
         return BL_OK;
     }
-    const int parts = (window + SCHED_RANK_COLS - 1) / SCHED_RANK_COLS;  // CTAs per window
+    const int rank_split = sched_rank_split(dm);
+    const int rank_cols = SCHED_RANK_THREADS / rank_split;  // columns a CTA ranks
+    const int parts = (window + rank_cols - 1) / rank_cols;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
-    BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_window_kernel, dim3((unsigned)(windows * parts)),
+    BL_CUDA_CHECK(bl_launch(rank_split == 4 ? bl_bwd_schedule_window_kernel<4>
+                                            : bl_bwd_schedule_window_kernel<1>,
+                            dim3((unsigned)(windows * parts)),
                             dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, dm, causal,
                             (const int *)ws->counts,
                             rows80 ? (const int *)ws->counts80 : (const int *)NULL, (int)cols,
