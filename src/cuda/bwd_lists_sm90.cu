@@ -551,7 +551,15 @@ bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, 
 // causal calls) takes four, 32k x 24 x 128 (~2^26.6, its preprocess binding) one.
 constexpr int64_t SCHED_RANK_SPLIT_MAX_ELEMS = int64_t(1) << 26;
 static int sched_rank_split(const bl_bwd_dims &dm) {
+#ifdef BL_SCHED_RANK_SPLIT_FORCE
+    // Dev builds only, to time the rule's boundary (bench/notes-bwd.md, the eighty-eighth
+    // session's Next): every call ranks with this split (1 or 4).
+    static_assert(BL_SCHED_RANK_SPLIT_FORCE == 1 || BL_SCHED_RANK_SPLIT_FORCE == 4, "1 or 4");
+    (void)dm;
+    return BL_SCHED_RANK_SPLIT_FORCE;
+#else
     return dm.batch * dm.heads_q * dm.seqlen_q * dm.head_dim <= SCHED_RANK_SPLIT_MAX_ELEMS ? 4 : 1;
+#endif
 }
 
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
