@@ -248,7 +248,15 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 // query head), each head's rows shared by ~16 CTAs: MQA 1 x 16k x 32 q x 128 causal at 25 %
 // kept moved 6.7 GB of DRAM in its packed walk against GQA-8's 3.5 GB for the same entries
 // (L2 hit rate 58 against 75 %: bench/results/bwd-s73-split-more.txt, call 4).
-enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
+// The global schedule (head-dim-64 causal calls) is one CTA. SCHED_THREADS: small enough to find
+// room at once beside the selection's and the lists kernel's CTAs -- with 1024 threads it started
+// ~9 us into a 16k x 16 x 64 causal negl 0.5 call, and the preprocess behind it with it; with 512
+// at ~2.6 us, the main kernel ~3 us earlier, spans -4 us at negl 0.5 and -3 at negl 0.05, dense
+// and random-mask calls level (three rounds; 256 threads the same within 1 us:
+// bench/results/bwd-s93-global-schedule.txt). Each thread reads its first SCHED_CACHED columns'
+// counts once, into registers: the three passes below (max, histogram, scatter) then wait for
+// memory once, not three times, after the lists kernel ends.
+enum { SCHED_THREADS = 512, SCHED_BUCKETS = 2048, SCHED_CACHED = 4 };
 
 // Both schedule kernels run as the lists kernel's programmatic dependent (bl_cuda_backward): the
 // preprocess behind them may start at once (it reads nothing they write, and waits for them
@@ -256,6 +264,22 @@ enum { SCHED_THREADS = 1024, SCHED_BUCKETS = 2048 };
 static __device__ __forceinline__ void sched_dependent_start() {
     griddep_launch_dependents();
     griddep_wait();
+}
+
+// f(c, counts[c]) for every column c this thread owns (c = tid + k x SCHED_THREADS): the first
+// SCHED_CACHED from registers, the rest (calls of more than SCHED_CACHED x SCHED_THREADS
+// columns) from memory.
+template <typename F>
+static __device__ __forceinline__ void sched_each_col(const int (&cached)[SCHED_CACHED],
+                                                      const int *__restrict__ counts,
+                                                      int num_cols, F f) {
+#pragma unroll
+    for (int k = 0; k < SCHED_CACHED; ++k) {
+        const int c = (int)threadIdx.x + k * SCHED_THREADS;
+        if (c < num_cols) f(c, cached[k]);
+    }
+    for (int c = (int)threadIdx.x + SCHED_CACHED * SCHED_THREADS; c < num_cols; c += SCHED_THREADS)
+        f(c, counts[c]);
 }
 
 // counts: (num_cols); schedule: (num_cols), a permutation of 0..num_cols-1. Buckets of equal
@@ -267,21 +291,28 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
     __shared__ int hist[SCHED_BUCKETS];
     __shared__ int warp_sums[SCHED_THREADS / 32];
     __shared__ int s_max;
-    sched_dependent_start();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     if (tid == 0) s_max = 1;
     for (int i = tid; i < SCHED_BUCKETS; i += SCHED_THREADS) hist[i] = 0;
-    __syncthreads();
+    sched_dependent_start();
+    int cached[SCHED_CACHED];
+#pragma unroll
+    for (int k = 0; k < SCHED_CACHED; ++k) {
+        const int c = tid + k * SCHED_THREADS;
+        cached[k] = c < num_cols ? counts[c] : 0;
+    }
     int local_max = 0;
-    for (int c = tid; c < num_cols; c += SCHED_THREADS) local_max = max(local_max, counts[c]);
-    atomicMax(&s_max, local_max);
+    sched_each_col(cached, counts, num_cols, [&](int, int n) { local_max = max(local_max, n); });
+    local_max = __reduce_max_sync(0xffffffffu, local_max);
+    __syncthreads();  // s_max and hist initialised
+    if (lane == 0) atomicMax(&s_max, local_max);
     __syncthreads();
     const int64_t maxc = s_max;
     // Bucket 0 holds the heaviest columns.
-    for (int c = tid; c < num_cols; c += SCHED_THREADS) {
-        int bkt = (SCHED_BUCKETS - 1) - (int)((int64_t)counts[c] * (SCHED_BUCKETS - 1) / maxc);
-        atomicAdd(&hist[bkt], 1);
-    }
+    auto bucket = [maxc](int n) {
+        return (SCHED_BUCKETS - 1) - (int)((int64_t)n * (SCHED_BUCKETS - 1) / maxc);
+    };
+    sched_each_col(cached, counts, num_cols, [&](int, int n) { atomicAdd(&hist[bucket(n)], 1); });
     __syncthreads();
     // Exclusive scan of hist: each thread owns SCHED_BUCKETS / SCHED_THREADS adjacent buckets.
     constexpr int PER = SCHED_BUCKETS / SCHED_THREADS;
@@ -306,15 +337,14 @@ bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
         run += mine[i];
     }
     __syncthreads();
-    for (int c = tid; c < num_cols; c += SCHED_THREADS) {
-        int bkt = (SCHED_BUCKETS - 1) - (int)((int64_t)counts[c] * (SCHED_BUCKETS - 1) / maxc);
-        const int pos = atomicAdd(&hist[bkt], 1);
+    sched_each_col(cached, counts, num_cols, [&](int c, int n) {
+        const int pos = atomicAdd(&hist[bucket(n)], 1);
         schedule[pos] = c;
         // a split call's column as `split` records, one per part of its query heads, part-major
         // (sched_split_order)
         for (int j = 0; j < split; ++j)
-            recs[(int64_t)j * num_cols + pos] = make_int4(c, counts[c], 0, j);
-    }
+            recs[(int64_t)j * num_cols + pos] = make_int4(c, n, 0, j);
+    });
     if (tid == 0) {
         recs[(int64_t)num_cols * split] = make_int4(-1, 0, 0, 0);
         *next = 0;
