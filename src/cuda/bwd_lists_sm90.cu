@@ -374,8 +374,9 @@ enum { SCHED_WINDOW_MAX = 1024, SCHED_WINDOW_ROUNDS = 2, SCHED_WINDOW_ROUNDS_CAU
 // ~63 us, spans -9..-11 us at 50 / 25 / 3 % kept (two rounds; dense and non-causal calls level,
 // the preprocess binding them: bench/results/bwd-s92-schedule-rank-split.txt). Where the
 // preprocess is long it binds anyway, and the split's four times as many warps beside it for ~60
-// us cost it time: 32k x 24 causal +5 / +6 us in one round. So calls whose preprocess moves more
-// than SCHED_RANK_SPLIT_MAX_ELEMS elements keep one thread a column (sched_rank_split). Each
+// us cost it time: 32k x 24 causal +6 us at negl 0.5, +3..+7 at 10 % kept, 24k x 24 causal +1..+4
+// (two rounds each, bench/results/bwd-s93-rank-split-boundary.txt). So calls whose preprocess moves
+// more than SCHED_RANK_SPLIT_MAX_ELEMS elements keep one thread a column (sched_rank_split). Each
 // instantiation's SASS is the one measured: <1> the kernel before the split (20f0ccf), <4> the
 // split of 26d83e3 (the SPLIT == 1 forms of the expressions below keep <1>'s instructions).
 template <int SPLIT>
@@ -578,12 +579,13 @@ bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, 
 
 // The preprocess's elements (B x Hq x Sq x D) above which the window schedule ranks a column with
 // one thread (bl_bwd_schedule_window_kernel<1>): 16k x 16 x 128 (2^25, its schedule binding masked
-// causal calls) takes four, 32k x 24 x 128 (~2^26.6, its preprocess binding) one.
+// causal calls) takes four, 24k and 32k x 24 x 128 (~2^26.2 and ~2^26.6, their preprocess binding)
+// one -- both measured slower with four.
 constexpr int64_t SCHED_RANK_SPLIT_MAX_ELEMS = int64_t(1) << 26;
 static int sched_rank_split(const bl_bwd_dims &dm) {
 #ifdef BL_SCHED_RANK_SPLIT_FORCE
-    // Dev builds only, to time the rule's boundary (bench/notes-bwd.md, the eighty-eighth
-    // session's Next): every call ranks with this split (1 or 4).
+    // Dev builds only, to time the rule's boundary (used for
+    // bench/results/bwd-s93-rank-split-boundary.txt): every call ranks with this split (1 or 4).
     static_assert(BL_SCHED_RANK_SPLIT_FORCE == 1 || BL_SCHED_RANK_SPLIT_FORCE == 4, "1 or 4");
     (void)dm;
     return BL_SCHED_RANK_SPLIT_FORCE;
