@@ -81,7 +81,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[f
     if tile_stats is not None:
         _checks.tile_buffer("tile_stats", tile_stats, q, k)
     with_stats = bool(with_stats) or tile_stats is not None
+    direct = ops.direct_call_ok(q, k, v, out, lse, tile_stats)  # eager: no op dispatch
     if out is None and lse is None and tile_stats is None:
+        if direct:
+            return ops.run_forward(q, k, v, scale, causal, with_stats)
         return torch.ops.back_lite.forward(q, k, v, scale, causal, with_stats)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -90,8 +93,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[f
                           device=q.device)
     if tile_stats is None:
         tile_stats = ops._empty_tile_mass(q, k, with_stats)
-    torch.ops.back_lite.forward_out(q, k, v, scale, causal, out, lse,
-                                    tile_stats if with_stats else None)
+    run = ops._launch_forward if direct else torch.ops.back_lite.forward_out
+    run(q, k, v, scale, causal, out, lse, tile_stats if with_stats else None)
     return out, lse, tile_stats
 
 
@@ -130,14 +133,15 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             _checks.like(name, t, ref, ref_name)
     if negl_prob == 0.0:
         tile_mass = None
+    direct = ops.direct_call_ok(dout, q, k, v, out, lse, tile_mass, mask, dq, dk, dv)
     if dq is None and dk is None and dv is None:
-        return torch.ops.back_lite.backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask,
-                                            scale, causal)
+        run = ops.run_backward if direct else torch.ops.back_lite.backward  # eager: no dispatch
+        return run(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device) if dq is None else dq
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if dk is None else dk
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device) if dv is None else dv
-    torch.ops.back_lite.backward_out(dout, q, k, v, out, lse, tile_mass, negl_prob, mask,
-                                     scale, causal, dq, dk, dv)
+    run = ops._launch_backward if direct else torch.ops.back_lite.backward_out
+    run(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal, dq, dk, dv)
     return dq, dk, dv
 
 

@@ -25,6 +25,7 @@ import ctypes
 from typing import Optional
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import _lib, workspace_pool
 from ._lib import BlAttnDesc, BlTensor
@@ -86,6 +87,28 @@ def require_backend(backend: int) -> None:
             f"({_lib.path}) was compiled without nvcc, or no compute capability 9.0 "
             "(H100/H200) device is visible. Rebuild with nvcc 12.3+ on the PATH "
             "(`pip install .`), or use CPU tensors.")
+
+
+def direct_call_ok(*tensors: Optional[torch.Tensor]) -> bool:
+    """True where an eager call may run an op's implementation below (run_forward, run_backward,
+    _launch_forward, _launch_backward) instead of going through torch.ops.back_lite: nothing is
+    tracing it (torch.compile, AOTAutograd, make_fx: they see the ops), no dispatch or
+    torch-function mode is active (fake tensors, FlopCounterMode, ...), every tensor is a plain
+    torch.Tensor, and no autograd graph is being recorded through them (where one is, the op
+    path's error on a backward through these no-autograd ops is kept). The dispatcher's own
+    path (autograd key, redispatch, torch.library.custom_op's output checks) costs ~10-15 us of
+    host time a call on the H200 machine's torch 2.11, of a forward's ~75 and a backward's ~100
+    (bench/results/host-s93-call-overhead.txt)."""
+    if (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+            or torch._C._is_torch_function_mode_enabled()):
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+            return False
+    return True
 
 
 @contextlib.contextmanager
@@ -153,15 +176,20 @@ def _empty_tile_mass(q: torch.Tensor, k: torch.Tensor, with_stats: bool) -> torc
 
 # ---------------------------------------------------------------------------- forward
 
+def run_forward(q, k, v, scale, causal, with_stats):
+    """back_lite::forward's implementation (also called directly: direct_call_ok)."""
+    out, lse = _empty_outputs(q)
+    tile_mass = _empty_tile_mass(q, k, with_stats)
+    _launch_forward(q, k, v, scale, causal, out, lse, tile_mass if with_stats else None)
+    return out, lse, tile_mass
+
+
 @torch.library.custom_op("back_lite::forward", mutates_args=())
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool,
             with_stats: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q: (B, Sq, Hq, D), k, v: (B, Sk, Hk, D) -> out (B, Sq, Hq, D), lse (B, Hq, Sq) fp32,
     W (B, Hq, Tm, Tn) fp32 (or (B, Hq, 0, 0) when with_stats is False). Not differentiable."""
-    out, lse = _empty_outputs(q)
-    tile_mass = _empty_tile_mass(q, k, with_stats)
-    _launch_forward(q, k, v, scale, causal, out, lse, tile_mass if with_stats else None)
-    return out, lse, tile_mass
+    return run_forward(q, k, v, scale, causal, with_stats)
 
 
 @forward.register_fake
@@ -185,6 +213,16 @@ def _forward_out_fake(q, k, v, scale, causal, out, lse, tile_stats):
 
 # ---------------------------------------------------------------------------- backward
 
+def run_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal):
+    """back_lite::backward's implementation (also called directly: direct_call_ok)."""
+    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), \
+        torch.empty_like(k, memory_format=torch.contiguous_format), \
+        torch.empty_like(v, memory_format=torch.contiguous_format)
+    _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                     dq, dk, dv)
+    return dq, dk, dv
+
+
 @torch.library.custom_op("back_lite::backward", mutates_args=())
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              out: torch.Tensor, lse: torch.Tensor, tile_mass: Optional[torch.Tensor],
@@ -192,12 +230,7 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
              causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> dq (B, Sq, Hq, D), dk, dv (B, Sk, Hk, D). Tiles: the explicit bool mask if given, else
     selection from tile_mass with negl_prob > 0, else dense."""
-    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), \
-        torch.empty_like(k, memory_format=torch.contiguous_format), \
-        torch.empty_like(v, memory_format=torch.contiguous_format)
-    _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
-                     dq, dk, dv)
-    return dq, dk, dv
+    return run_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal)
 
 
 @backward.register_fake
@@ -296,9 +329,12 @@ def _attention_backward(ctx, dout, _dlse, _dtile_mass):
         # any layout (e.g. the expanded gradient of out.sum()), so such a dout is copied once.
         dout = dout.contiguous()
     sparse = ctx.negl_prob > 0.0
-    dq, dk, dv = torch.ops.back_lite.backward(
-        dout, q, k, v, out, lse, tile_mass if sparse else None, ctx.negl_prob, None,
-        ctx.scale, ctx.causal)
+    args = (dout, q, k, v, out, lse, tile_mass if sparse else None, ctx.negl_prob, None,
+            ctx.scale, ctx.causal)
+    # an eager backward (autograd runs it without grad mode) skips the op's dispatch
+    run = run_backward if direct_call_ok(dout, q, k, v, out, lse, tile_mass) \
+        else torch.ops.back_lite.backward
+    dq, dk, dv = run(*args)
     return dq, dk, dv, None, None, None, None
 
 
