@@ -96,9 +96,9 @@ def direct_call_ok(*tensors: Optional[torch.Tensor]) -> bool:
     torch-function mode is active (fake tensors, FlopCounterMode, ...), every tensor is a plain
     torch.Tensor, and no autograd graph is being recorded through them (where one is, the op
     path's error on a backward through these no-autograd ops is kept). The dispatcher's own
-    path (autograd key, redispatch, torch.library.custom_op's output checks) costs ~10-15 us of
-    host time a call on the H200 machine's torch 2.11, of a forward's ~75 and a backward's ~100
-    (bench/results/host-s93-call-overhead.txt)."""
+    path (autograd key, redispatch, torch.library.custom_op's output checks) cost ~10-45 us of
+    host time a call on the H200 machines' torch 2.11, of a forward's ~65-170 and a backward's
+    ~100-280 (bench/results/host-s93-call-overhead.txt, dev/cuda/host_paths.py)."""
     if (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
             or torch._C._is_torch_function_mode_enabled()):
         return False

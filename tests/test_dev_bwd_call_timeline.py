@@ -1,5 +1,5 @@
 """dev/cuda/bwd_call_timeline.py's --shape: the bench's B,S,H,D[,HK] spelling (the seventy-eighth
-session's A/B stopped on a five-number shape before this parsed it)."""
+session's A/B stopped on a five-number shape before this parsed it); its per-position statistics."""
 import pytest
 
 from script_loader import load_script
@@ -29,3 +29,39 @@ def test_bad_shapes_stop_with_the_value(shape, kv, says):
     with pytest.raises(SystemExit) as e:
         parse()(shape, kv)
     assert says in str(e.value)
+
+
+def test_position_stats_reads_starts_per_call():
+    """Starts are read per call (the schedule at 3, 5 and 4 us after the lists kernel: median 4),
+    gaps from the previous kernel's end; a call's extra kernels are left out."""
+    stats = load_script("dev/cuda/bwd_call_timeline.py").position_stats
+    calls = [[("lists", 100.0, 10.0), ("schedule", 103.0, 40.0), ("main", 143.0, 200.0)],
+             [("lists", 500.0, 12.0), ("schedule", 505.0, 44.0), ("main", 549.0, 210.0),
+              ("extra", 760.0, 1.0)],
+             [("lists", 900.0, 11.0), ("schedule", 904.0, 42.0), ("main", 946.0, 205.0)]]
+    rows, spans = stats(calls)
+    assert [r[0] for r in rows] == ["lists", "schedule", "main"]  # the fewest kernels any call has
+    assert rows[1] == ("schedule", 42.0, -7.0, 4.0)
+    assert rows[2][3] == 46.0
+    assert spans == [243.0, 259.0, 251.0]
+
+
+def test_timeline_offsets_reads_the_start_column_or_chains_the_medians(tmp_path, capsys):
+    """dev/cuda/timeline_offsets.py: a log with the start column takes it as printed (5.2, not
+    the chained 11.3 - 6.3 = 5.0); a log without it chains duration and gap."""
+    log = tmp_path / "timelines.txt"
+    kernel = "  void bl_bwd_{}  {:.1f} us  gap {:.1f} us"
+    log.write_text("\n".join([
+        "== new round 1: shape 1,16384,16,128 --causal",
+        "== keep 0.03: 9 calls, 2 kernels each",
+        kernel.format("list_kernel<256>", 11.3, 0.0) + "  start 0.0 us",
+        kernel.format("schedule_window_kernel<4>", 42.4, -6.3) + "  start 5.2 us",
+        "  span median 50.0 us (min 50.0, max 50.0)",
+        "== keep 0.5: 9 calls, 2 kernels each",
+        kernel.format("list_kernel<256>", 11.3, 0.0),
+        kernel.format("schedule_window_kernel<4>", 42.4, -6.3),
+        "  span median 50.0 us (min 50.0, max 50.0)"]) + "\n")
+    load_script("dev/cuda/timeline_offsets.py").main(str(log))
+    lines = capsys.readouterr().out.splitlines()
+    assert "schedule_win @  5.2" in lines[0]
+    assert "schedule_win @  5.0" in lines[1]

@@ -60,14 +60,14 @@ def short(name: str) -> str:
     return name[:60]
 
 
-def profile_calls(fn, calls: int) -> list:
+def profile_calls(fn, calls: int, sleep_cycles: int = SLEEP_CYCLES) -> list:
     """Kernels of each of `calls` calls of fn: [[(name, start, dur), ...], ...]."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            torch.cuda._sleep(SLEEP_CYCLES)
+            torch.cuda._sleep(sleep_cycles)
             fn()
         torch.cuda.synchronize()
     per_call, cur = [], None
@@ -94,17 +94,29 @@ def one_call_in_range(fn) -> None:
     torch.cuda.synchronize()
 
 
-def report(label: str, per_call: list) -> None:
+def position_stats(per_call: list) -> tuple:
+    """Per kernel position of the calls' first n kernels (n: the fewest any call has): (name,
+    median duration, median gap from the previous kernel's end, median start after the call's
+    first kernel started) -- the start read per call, not summed from the medians (a kernel that
+    starts beside the one before it would otherwise carry that one's median duration) -- and
+    the calls' spans (first start to the n-th kernel's end). Times in us."""
     n = min(len(c) for c in per_call)
-    names = [short(k[0]) for k in per_call[0][:n]]
-    print(f"\n== {label}: {len(per_call)} calls, {n} kernels each")
-    spans = []
+    rows = []
     for pos in range(n):
         durs = [c[pos][2] for c in per_call]
         gaps = [c[pos][1] - (c[pos - 1][1] + c[pos - 1][2]) for c in per_call] if pos else [0.0]
-        print(f"  {names[pos]:60s} {statistics.median(durs):10.1f} us  gap {statistics.median(gaps):6.1f} us")
-    for c in per_call:
-        spans.append(c[n - 1][1] + c[n - 1][2] - c[0][1])
+        starts = [c[pos][1] - c[0][1] for c in per_call]
+        rows.append((short(per_call[0][pos][0]), statistics.median(durs),
+                     statistics.median(gaps), statistics.median(starts)))
+    spans = [c[n - 1][1] + c[n - 1][2] - c[0][1] for c in per_call]
+    return rows, spans
+
+
+def report(label: str, per_call: list) -> None:
+    rows, spans = position_stats(per_call)
+    print(f"\n== {label}: {len(per_call)} calls, {len(rows)} kernels each")
+    for name, dur, gap, start in rows:
+        print(f"  {name:60s} {dur:10.1f} us  gap {gap:6.1f} us  start {start:7.1f} us")
     print(f"  span median {statistics.median(spans):.1f} us (min {min(spans):.1f}, max {max(spans):.1f})")
 
 
@@ -133,6 +145,9 @@ def main(argv=None) -> None:
     ap.add_argument("--keeps", default="dense,1.0,0.5,0.03,0.01")
     ap.add_argument("--nvtx", action="store_true",
                     help="one call per configuration inside an NVTX range `bl_call` (for ncu)")
+    ap.add_argument("--sleep-ms", type=float, default=SLEEP_CYCLES / 2e6,
+                    help="the sleep kernel ahead of each call, ms at ~2 GHz (longer: to show "
+                         "that a start offset is not the host's)")
     args = ap.parse_args(argv)
     b, s, h, d, hk = parse_shape(args.shape, args.kv_heads)
     dev = torch.device("cuda")
@@ -165,7 +180,7 @@ def main(argv=None) -> None:
             one_call_in_range(fn)
             print(f"== keep {keep}: one call in NVTX range bl_call")
         else:
-            report(f"keep {keep}", profile_calls(fn, args.calls))
+            report(f"keep {keep}", profile_calls(fn, args.calls, int(args.sleep_ms * 2e6)))
 
 
 if __name__ == "__main__":

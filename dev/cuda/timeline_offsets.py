@@ -3,11 +3,12 @@
     python3 dev/cuda/timeline_offsets.py timelines.txt
 
 bwd_call_timeline.py prints per kernel its median duration and its median gap from the previous
-kernel's end; kernels launched as programmatic dependents overlap (negative gaps). Chaining
-start = previous start + previous duration + gap gives each kernel's start in us after the
-call's first kernel (medians, so approximate to ~1 us), which shows when the preprocess really
-starts beside the lists and schedule kernels. Prints the span and the first four kernels (the
-selection, where there is one, left out).
+kernel's end, and (since the eighty-ninth session) its median start after the call's first
+kernel, read per call; kernels launched as programmatic dependents overlap (negative gaps).
+Logs without the start column get it by chaining start = previous start + previous duration +
+gap (medians, so approximate to ~1 us). Either shows when the preprocess really starts beside
+the lists and schedule kernels. Prints the span and the first four kernels (the selection,
+where there is one, left out).
 """
 import re
 import sys
@@ -29,10 +30,14 @@ def main(path: str) -> None:
         if m:
             keep, kernels = m.group(1), []
             continue
-        m = re.match(r"\s+(.+?)\s+([\d.]+) us\s+gap\s+(-?[\d.]+) us", line)
+        m = re.match(r"\s+(.+?)\s+([\d.]+) us\s+gap\s+(-?[\d.]+) us(?:\s+start\s+(-?[\d.]+) us)?",
+                     line)
         if m:
             name, dur, gap = m.group(1), float(m.group(2)), float(m.group(3))
-            start = kernels[-1][1] + kernels[-1][2] + gap if kernels else 0.0
+            if m.group(4) is not None:
+                start = float(m.group(4))
+            else:
+                start = kernels[-1][1] + kernels[-1][2] + gap if kernels else 0.0
             kernels.append((name, start, dur))
             continue
         m = re.match(r"\s+span median ([\d.]+)", line)
