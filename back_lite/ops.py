@@ -98,7 +98,7 @@ def direct_call_ok(*tensors: Optional[torch.Tensor]) -> bool:
     path's error on a backward through these no-autograd ops is kept). The dispatcher's own
     path (autograd key, redispatch, torch.library.custom_op's output checks) cost ~10-45 us of
     host time a call on the H200 machines' torch 2.11, of a forward's ~65-170 and a backward's
-    ~100-280 (bench/results/host-s93-call-overhead.txt, dev/cuda/host_paths.py)."""
+    ~100-280 (bench/results/host-s93-call-overhead.txt; dev/cuda/host_overhead.py --op-paths)."""
     if (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
             or torch._C._is_torch_function_mode_enabled()):
         return False
