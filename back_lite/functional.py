@@ -51,8 +51,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, negl_prob: floa
     if tile_stats is not None:
         _checks.tile_buffer("tile_stats", tile_stats, q, k)
     with_stats = negl_prob > 0.0 or tile_stats is not None
-    out, lse, tile_mass = torch.ops.back_lite.attention(q, k, v, scale, causal, negl_prob,
-                                                        with_stats)
+    if ops.eager_attention_ok(q, k, v):  # eager: autograd without the op's dispatch
+        out, lse, tile_mass = ops.EagerAttention.apply(q, k, v, scale, causal, negl_prob,
+                                                       with_stats)
+    else:
+        out, lse, tile_mass = torch.ops.back_lite.attention(q, k, v, scale, causal, negl_prob,
+                                                            with_stats)
     if tile_stats is not None:
         # The autograd op must be functional (it cannot write into an input), so the caller's
         # buffer receives a copy of W; for a forward straight into a buffer use forward().

@@ -89,6 +89,15 @@ def require_backend(backend: int) -> None:
             "(`pip install .`), or use CPU tensors.")
 
 
+def _untraced() -> bool:
+    """True where a call is plain eager execution: nothing traces it (torch.compile, AOTAutograd,
+    make_fx), and no dispatch mode, torch-function mode or torch.func transform is active."""
+    functorch = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return not (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+                or torch._C._is_torch_function_mode_enabled()
+                or (functorch is not None and functorch()))
+
+
 def direct_call_ok(*tensors: Optional[torch.Tensor]) -> bool:
     """True where an eager call may run an op's implementation below (run_forward, run_backward,
     _launch_forward, _launch_backward) instead of going through torch.ops.back_lite: nothing is
@@ -100,8 +109,7 @@ def direct_call_ok(*tensors: Optional[torch.Tensor]) -> bool:
     12-26 us of host time on the H200 machines' torch 2.11, of ~65-170; for the backward (~100-280)
     the saving was within the host's noise (bench/results/host-s93-call-overhead.txt;
     dev/cuda/host_overhead.py --op-paths)."""
-    if (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
-            or torch._C._is_torch_function_mode_enabled()):
+    if not _untraced():
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
@@ -323,7 +331,8 @@ def _attention_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, tile_mass)
 
 
-def _attention_backward(ctx, dout, _dlse, _dtile_mass):
+def _backward_of_saved(ctx, dout):
+    """(dq, dk, dv) from an attention call's saved tensors (both autograd paths below)."""
     q, k, v, out, lse, tile_mass = ctx.saved_tensors
     if dout.stride(-1) != 1 or any(n > 1 and s == 0 for n, s in zip(dout.shape, dout.stride())):
         # The C API needs the head dim contiguous and no stride-0 dims; autograd can hand over
@@ -335,8 +344,42 @@ def _attention_backward(ctx, dout, _dlse, _dtile_mass):
     # an eager backward (autograd runs it without grad mode) skips the op's dispatch
     run = run_backward if direct_call_ok(dout, q, k, v, out, lse, tile_mass) \
         else torch.ops.back_lite.backward
-    dq, dk, dv = run(*args)
+    return run(*args)
+
+
+def _attention_backward(ctx, dout, _dlse, _dtile_mass):
+    dq, dk, dv = _backward_of_saved(ctx, dout)
     return dq, dk, dv, None, None, None, None
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup_context)
+
+
+class EagerAttention(torch.autograd.Function):
+    """back_lite::attention's forward and backward as a plain autograd.Function, for eager calls
+    (eager_attention_ok): the op's autograd goes through the dispatcher and torch.library's
+    autograd wrapper on both passes, which cost ~60 us of host time a forward + backward on
+    this machine's CPU (tiny shapes, torch 2.13), more than the library's own calls. Same
+    outputs, same saved tensors, same backward (_backward_of_saved); lse and W carry no
+    gradient, and no zero gradients are made for them (set_materialize_grads(False))."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, negl_prob, with_stats):
+        out, lse, tile_mass = run_forward(q, k, v, scale, causal, with_stats)
+        ctx.save_for_backward(q, k, v, out, lse, tile_mass)
+        ctx.scale, ctx.causal, ctx.negl_prob = scale, causal, negl_prob
+        ctx.mark_non_differentiable(lse, tile_mass)
+        ctx.set_materialize_grads(False)
+        return out, lse, tile_mass
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative raises, as the op's
+    def backward(ctx, dout, _dlse, _dtile_mass):
+        dq, dk, dv = _backward_of_saved(ctx, dout)
+        return dq, dk, dv, None, None, None, None
+
+
+def eager_attention_ok(*tensors: torch.Tensor) -> bool:
+    """True where back_lite.attention may use EagerAttention instead of the op: as
+    direct_call_ok, except that the inputs may record autograd (that is the point)."""
+    return _untraced() and all(type(t) is torch.Tensor for t in tensors)

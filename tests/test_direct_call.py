@@ -133,3 +133,68 @@ def test_autograd_backward_equals_op_path():
     assert "back_lite.backward.default" in mode.names
     for a, b in zip(direct, via_op):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def attention_grads(q, k, v, dout, **kw):
+    """(out, dq, dk, dv) of back_lite.attention on fresh leaves of q, k, v."""
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    o, _, _ = back_lite.attention(qg, kg, vg, **kw)
+    return (o.detach(), *torch.autograd.grad(o, (qg, kg, vg), dout))
+
+
+def test_eager_attention_skips_the_op():
+    """An eager back_lite.attention runs ops.EagerAttention: no back_lite:: op is dispatched in its
+    forward or backward, though its inputs record autograd."""
+    q, k, v, *_, dout = inputs()
+    names = profiled_ops(lambda: attention_grads(q, k, v, dout, negl_prob=0.1, causal=True))
+    assert not any(n.startswith("back_lite::") for n in names), names
+    with CountOps() as mode:  # a dispatch mode keeps the op (the check above can fail)
+        attention_grads(q, k, v, dout, negl_prob=0.1, causal=True)
+    assert "back_lite.attention.default" in mode.names
+
+
+def test_eager_attention_ok_cases():
+    q, k, v, *_ = inputs()
+    qg = q.clone().requires_grad_()
+    assert ops.eager_attention_ok(qg, k, v)
+    with CountOps():
+        assert not ops.eager_attention_ok(q, k, v)
+    assert not ops.eager_attention_ok(q.as_subclass(Sub), k, v)
+    seen = []
+    torch.func.grad(lambda x: seen.append(ops.eager_attention_ok(x, k, v)) or x.sum())(q)
+    assert seen == [False]
+
+
+@pytest.mark.parametrize("negl_prob,causal", [(0.0, False), (0.1, True), (0.3, False)])
+def test_eager_attention_equals_op_path(negl_prob, causal):
+    q, k, v, *_, dout = inputs(causal)
+    eager = attention_grads(q, k, v, dout, negl_prob=negl_prob, causal=causal)
+    with CountOps():
+        via_op = attention_grads(q, k, v, dout, negl_prob=negl_prob, causal=causal)
+    for a, b in zip(eager, via_op):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_eager_attention_expanded_dout():
+    """out.sum()'s gradient (stride-0 dims, copied once) gives the op path's gradients."""
+    q, k, v, *_ = inputs()
+    grads = []
+    for mode in (None, CountOps()):
+        qg = q.clone().requires_grad_()
+        with mode or torch.enable_grad():
+            o, _, _ = back_lite.attention(qg, k, v, negl_prob=0.1, causal=True)
+            o.sum().backward()
+        grads.append(qg.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
+def test_eager_attention_double_backward_raises():
+    """The backward is not differentiable: asking for a second derivative raises, on both paths."""
+    q, k, v, *_ = inputs()
+    for mode in (None, CountOps()):
+        qg = q.clone().requires_grad_()
+        with mode or torch.enable_grad():
+            o, _, _ = back_lite.attention(qg, k, v, causal=True)
+            (g,) = torch.autograd.grad(o.square().sum(), qg, create_graph=True)
+            with pytest.raises(RuntimeError):
+                g.sum().backward()

@@ -13,7 +13,8 @@ full (bench/results/bench-yardstick-s37.txt says why).
 With --op-paths it prints instead the host time of each call through back_lite's functions (the
 eager direct path, back_lite/ops.py direct_call_ok, after the argument checks) and through the
 torch.ops.back_lite op it skips (no checks), the rows alternating over --passes passes: a single
-pass's first rows read high (bench/results/host-s93-call-overhead.txt).
+pass's first rows read high (bench/results/host-s93-call-overhead.txt); and a forward + backward
+through autograd, back_lite.attention (eager: ops.EagerAttention) against the op's autograd.
 """
 import argparse
 import os
@@ -51,6 +52,13 @@ def host_ms(fn, reps: int) -> float:
     return host
 
 
+def autograd_step(attn, q, k, v, dout) -> None:
+    """One forward and backward of attn(q, k, v) through autograd, on q, k, v as leaves."""
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    o, _, _ = attn(qg, kg, vg)
+    torch.autograd.grad(o, (qg, kg, vg), dout)
+
+
 def op_paths(q, k, v, out, lse, dout, mask, causal, reps, passes) -> None:
     """--op-paths: each call through back_lite's functions against the torch.ops op it skips."""
     scale = q.shape[-1] ** -0.5
@@ -69,6 +77,15 @@ def op_paths(q, k, v, out, lse, dout, mask, causal, reps, passes) -> None:
             lambda: blf.forward(q, k, v, causal=causal, with_stats=True),
         "torch.ops.back_lite.forward stats":
             lambda: torch.ops.back_lite.forward(q, k, v, scale, causal, True),
+        # forward + backward with autograd: back_lite.attention (eager: ops.EagerAttention)
+        # against the autograd of the op it skips
+        "attention fwd+bwd negl 0.1 (eager)":
+            lambda: autograd_step(lambda *t: blf.attention(*t, negl_prob=0.1, causal=causal),
+                                  q, k, v, dout),
+        "torch.ops.back_lite.attention fwd+bwd":
+            lambda: autograd_step(lambda *t: torch.ops.back_lite.attention(*t, scale, causal,
+                                                                           0.1, True),
+                                  q, k, v, dout),
     }
     for _ in range(passes):
         for name, fn in rows.items():
