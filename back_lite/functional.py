@@ -1,6 +1,7 @@
 """Functional API of BackLite.
 
-`attention` is differentiable (autograd through the custom op back_lite::attention). The
+`attention` is differentiable (autograd through the custom op back_lite::attention, or in eager
+calls through ops.EagerAttention, the same forward and backward without the dispatcher). The
 low-level `forward`, `backward` and `select` record no autograd; they exist for code that runs its
 own backward, such as ring / context-parallel attention: the forward can write into caller-owned
 `out`, `lse` and `tile_stats`, and the backward takes a global `out` / `lse` and writes into
