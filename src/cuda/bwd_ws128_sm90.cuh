@@ -406,19 +406,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
     static_assert(WITH_DQ || !DIRECT, "the direct dQ needs the dQ");
     static_assert(WITH_DQ || !KEYS_FULL, "KEYS_FULL: the shipped forms only");
     static_assert(!SPLIT || (WITH_DQ && !DIRECT), "SPLIT: the plain forms");
-    // A masked call may launch this kernel and then the 80-row one (bwd_ws128r80_sm90.cuh) as
-    // its programmatic dependent, released at once (its CTAs take an SM only as this kernel's
-    // leave it, and wait for this grid to complete); the one the entry totals do not pick
-    // returns before anything else. With p.dq_direct both forms are launched, DIRECT first,
-    // and the one bl_bwd_dq_direct_chosen does not pick returns too.
+    // A masked call may launch this kernel and then the 80-row ones (bwd_ws128r80_sm90.cuh) as
+    // its programmatic dependents (their CTAs take an SM only as this kernel's leave it; each
+    // grid completes after the one before it); the one the entry totals do not pick returns
+    // before anything else. With p.dq_direct both forms are launched, DIRECT first, and the
+    // one bl_bwd_dq_direct_chosen does not pick returns too.
     if (DIRECT && p.totals == nullptr) return;
     if (p.totals != nullptr) {
+        // The first form launched (DIRECT where launch_main launches it, else this one) is the
+        // preprocess's programmatic dependent: the preprocess, and the schedule it waited for,
+        // complete before the totals are read. It lets its dependents launch only then, so that
+        // every kernel after it reads them at once. The second form is a plain launch (it starts
+        // when the first has completed).
+        const bool first = DIRECT || !(p.dq_direct && WITH_DQ && !SPLIT);
+        if (first) griddep_wait();
         griddep_launch_dependents();
-        // The first form launched is the preprocess's programmatic dependent (launch_main): the
-        // preprocess, and the schedule it waited for, complete before anything here is read.
-        griddep_wait();
-        if (bl_bwd_rows80_chosen(p.totals, p.causal != 0, KEYS_FULL)) return;
-        if (DIRECT != (p.dq_direct && bl_bwd_dq_direct_chosen(p.totals, p.dm))) return;
+        if (bl_bwd_rows80_chosen(p.totals, p.causal != 0, KEYS_FULL) ||
+            DIRECT != (p.dq_direct && bl_bwd_dq_direct_chosen(p.totals, p.dm)))
+            return;  // not picked (the plain second form has no kernel before it to wait for)
     }
     constexpr int D = 128;
     using L = wg_smem<D>;

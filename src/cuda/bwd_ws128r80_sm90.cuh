@@ -401,38 +401,38 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
     constexpr bool MASKED = ENTRIES == R80_MASKED || PACKED;  // (staged query-group major)
     // A masked call launches version 10 and this kernel, with a causal mask on LISTS, without
     // one on MASKED, then PACKED entries, then on the dense walk, each the programmatic
-    // dependent of the one before (attn_bwd_sm90.cu). Each may start while the one before still
-    // runs, so it first waits for it to finish (the postprocess, launched after the last, reads
-    // what any of them wrote), then returns unless the entry totals pick it: the dense walk
-    // where the mask keeps every tile (bl_bwd_masked_full), else the 80-row entries where they
-    // cost less than version 10's (bl_bwd_rows80_cheaper), packed or aligned
-    // (bl_bwd_packed_chosen). (The causal kernels keep their own form of these tests: their
-    // SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
+    // dependent of the one before (attn_bwd_sm90.cu). They start after the preprocess has
+    // completed (version 10's first form lets its dependents launch only then), so each reads
+    // the entry totals at once and returns unless they pick it: the dense walk where the mask
+    // keeps every tile (bl_bwd_masked_full), else the 80-row entries where they cost less than
+    // version 10's (bl_bwd_rows80_cheaper), packed or aligned (bl_bwd_packed_chosen). The
+    // postprocess, launched after the last, waits for that one to complete, and each grid
+    // completes only after the one before it: a returning grid's CTA 0 waits for it
+    // (griddepcontrol.wait) while its other CTAs leave at once, so that returning kernels do not
+    // take turns holding every SM. (The causal kernels keep their own form of these tests:
+    // their SASS, and so their speed, moves with any change here; bench/results/bwd-s17.txt.)
     if (p.totals != nullptr) {
+        bool picked;
         if constexpr (CAUSAL && PACKED) {
             griddep_launch_dependents();  // the dense walk behind it
-            griddep_wait();
-            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true, false) ||
-                !bl_bwd_packed_chosen(p.totals, true))
-                return;
+            picked = !bl_bwd_masked_full(p.totals) && bl_bwd_rows80_cheaper(p.totals, true, false) &&
+                     bl_bwd_packed_chosen(p.totals, true);
         } else if constexpr (CAUSAL && LISTS) {
             griddep_launch_dependents();  // the packed kernel behind it
-            griddep_wait();
-            if (bl_bwd_masked_full(p.totals) || !bl_bwd_rows80_cheaper(p.totals, true, false) ||
-                bl_bwd_packed_chosen(p.totals, true))
-                return;
+            picked = !bl_bwd_masked_full(p.totals) && bl_bwd_rows80_cheaper(p.totals, true, false) &&
+                     !bl_bwd_packed_chosen(p.totals, true);
         } else if constexpr (CAUSAL) {
-            griddep_wait();
-            if (!bl_bwd_masked_full(p.totals)) return;
+            picked = bl_bwd_masked_full(p.totals);
         } else {
             if (MASKED) griddep_launch_dependents();
-            griddep_wait();
             const bool full = bl_bwd_masked_full(p.totals);
-            if (MASKED ? full || !bl_bwd_rows80_cheaper(p.totals, false, KEYS_FULL) ||
-                             bl_bwd_packed_chosen(p.totals, false) != PACKED
-                       : !full)
-                return;
+            picked = MASKED ? !full && bl_bwd_rows80_cheaper(p.totals, false, KEYS_FULL) &&
+                                  bl_bwd_packed_chosen(p.totals, false) == PACKED
+                            : full;
         }
+        if (!picked && blockIdx.x != 0) return;
+        griddep_wait();
+        if (!picked) return;
     }
     // (Without totals, where a dev variant forces the 80-row kernel, MASKED runs aligned entries.)
     constexpr bool packed = PACKED;
