@@ -125,10 +125,13 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             const int64_t grid = num_cols < ctas ? num_cols : ctas;
             // With p.dq_direct the DIRECT form first: the device picks one of the two, the
             // other returns at once (bl_bwd_dq_direct_chosen). On a masked call (p.totals set)
-            // the first form launched is the preprocess's programmatic dependent (it waits for
-            // it before reading the totals); the second stays a plain launch (as a dependent it
-            // ran 6-11 us slower where it is picked: bench/results/bwd-s53-direct-threshold.txt).
-            bool dependent = p.totals != nullptr;
+            // each form is the programmatic dependent of the kernel before it: the first waits
+            // for the preprocess before it reads the totals and lets the second launch only
+            // then (bwd_ws128_kernel), so that the second's launch, and the 80-row kernels'
+            // behind it, no longer wait for the first to complete. (The forty-ninth session
+            // measured the second as a dependent 6-11 us slower where picked, when the first
+            // released it before its wait: bench/results/bwd-s53-direct-threshold.txt.)
+            const bool dependent = p.totals != nullptr;
             if (p.dq_direct && !without_dq && !split) {
                 auto direct = keys_full ? bwd_ws128_kernel<T, true, true, true>
                                         : bwd_ws128_kernel<T, true, true>;
@@ -136,7 +139,6 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
                     direct, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
                 BL_CUDA_CHECK(bl_launch(direct, dim3((unsigned)grid), dim3(WS_THREADS), smem,
                                         stream, dependent, p));
-                dependent = false;
             }
             BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));

@@ -416,14 +416,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
         // The first form launched (DIRECT where launch_main launches it, else this one) is the
         // preprocess's programmatic dependent: the preprocess, and the schedule it waited for,
         // complete before the totals are read. It lets its dependents launch only then, so that
-        // every kernel after it reads them at once. The second form is a plain launch (it starts
-        // when the first has completed).
+        // every kernel after it reads them at once. A second form (its dependent) that is not
+        // picked returns as the 80-row kernels do: CTA 0 waits for the first to complete, the
+        // other CTAs leave at once.
         const bool first = DIRECT || !(p.dq_direct && WITH_DQ && !SPLIT);
         if (first) griddep_wait();
         griddep_launch_dependents();
-        if (bl_bwd_rows80_chosen(p.totals, p.causal != 0, KEYS_FULL) ||
-            DIRECT != (p.dq_direct && bl_bwd_dq_direct_chosen(p.totals, p.dm)))
-            return;  // not picked (the plain second form has no kernel before it to wait for)
+        const bool picked = !bl_bwd_rows80_chosen(p.totals, p.causal != 0, KEYS_FULL) &&
+                            DIRECT == (p.dq_direct && bl_bwd_dq_direct_chosen(p.totals, p.dm));
+        if (!picked && (first || blockIdx.x != 0)) return;
+        if (!first) griddep_wait();
+        if (!picked) return;
     }
     constexpr int D = 128;
     using L = wg_smem<D>;
