@@ -208,8 +208,8 @@ bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_co
     const int64_t grid = num_cols < ctas ? num_cols : ctas;
     // On a masked call (p.totals set) a programmatic dependent launch behind the kernel before
     // it (version 10, or this one on a masked call's entries), so that its launch overlaps that
-    // kernel's run (the sparse calls, where microseconds count); the kernel waits for the other
-    // to complete.
+    // kernel's run (the sparse calls, where microseconds count); where picked the kernel waits
+    // for the other to complete, where not its CTA 0 alone does (bwd_ws128r80_kernel).
     BL_CUDA_CHECK(bl_launch(kernel, dim3((unsigned)grid), dim3(WS_THREADS), smem, stream,
                             p.totals != nullptr, p));
     return BL_OK;

@@ -609,8 +609,8 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
 // kernel): its CTAs may take the SMs as that kernel's leave
 // them, and every CTA waits (griddepcontrol.wait) for it to complete before reading anything, so
 // only the launch's latency leaves the call's critical path. That kernel completes after all
-// before it: it is a plain launch, or (an 80-row kernel of a masked call) waits for the one
-// before it.
+// before it: it is a plain launch, or (a candidate kernel of a masked call) it or its CTA 0
+// waits for the one before it.
 template <typename T, int D>
 static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_layout layout,
                                    bool dq_direct, bl_tensor dq, const bl_bwd_workspace *ws,
