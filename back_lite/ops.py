@@ -309,10 +309,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, c
               with_stats: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Differentiable attention: (out, lse, W). W is recorded when with_stats is True (it must
     be when negl_prob > 0); lse and W carry no gradient."""
-    out, lse = _empty_outputs(q)
-    tile_mass = _empty_tile_mass(q, k, with_stats)
-    _launch_forward(q, k, v, scale, causal, out, lse, tile_mass if with_stats else None)
-    return out, lse, tile_mass
+    return run_forward(q, k, v, scale, causal, with_stats)
 
 
 @attention.register_fake
@@ -368,12 +365,10 @@ class EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, negl_prob, with_stats):
-        out, lse, tile_mass = run_forward(q, k, v, scale, causal, with_stats)
-        ctx.save_for_backward(q, k, v, out, lse, tile_mass)
-        ctx.scale, ctx.causal, ctx.negl_prob = scale, causal, negl_prob
-        ctx.mark_non_differentiable(lse, tile_mass)
+        outputs = run_forward(q, k, v, scale, causal, with_stats)
+        _attention_setup_context(ctx, (q, k, v, scale, causal, negl_prob, with_stats), outputs)
         ctx.set_materialize_grads(False)
-        return out, lse, tile_mass
+        return outputs
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # a second derivative raises, as the op's

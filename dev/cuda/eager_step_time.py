@@ -14,8 +14,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from host_overhead import autograd_step  # noqa: E402
-from back_lite import functional as blf  # noqa: E402
+from host_overhead import attention_steps  # noqa: E402
 
 
 def wall_ms(fn, steps: int) -> float:
@@ -43,15 +42,7 @@ def main():
         causal = flag == "causal"
         q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
         dout = torch.randn_like(q)
-        scale = d ** -0.5
-        paths = {
-            "back_lite.attention (eager)":
-                lambda: autograd_step(lambda *t: blf.attention(*t, negl_prob=args.negl,
-                                                               causal=causal), q, k, v, dout),
-            "torch.ops.back_lite.attention":
-                lambda: autograd_step(lambda *t: torch.ops.back_lite.attention(
-                    *t, scale, causal, args.negl, True), q, k, v, dout),
-        }
+        paths = attention_steps(q, k, v, dout, causal, args.negl)
         for _ in range(args.passes):
             for name, fn in paths.items():
                 print(f"{dims}{' causal' if causal else ''} negl {args.negl} {name:>30}: "

@@ -59,6 +59,20 @@ def autograd_step(attn, q, k, v, dout) -> None:
     torch.autograd.grad(o, (qg, kg, vg), dout)
 
 
+def attention_steps(q, k, v, dout, causal, negl_prob) -> dict:
+    """{name: one forward + backward through autograd}: back_lite.attention (eager:
+    ops.EagerAttention) and the autograd of the op it skips (torch.ops.back_lite.attention)."""
+    scale = q.shape[-1] ** -0.5
+    return {
+        f"attention fwd+bwd negl {negl_prob} (eager)":
+            lambda: autograd_step(lambda *t: blf.attention(*t, negl_prob=negl_prob, causal=causal),
+                                  q, k, v, dout),
+        "torch.ops.back_lite.attention fwd+bwd":
+            lambda: autograd_step(lambda *t: torch.ops.back_lite.attention(
+                *t, scale, causal, negl_prob, True), q, k, v, dout),
+    }
+
+
 def op_paths(q, k, v, out, lse, dout, mask, causal, reps, passes) -> None:
     """--op-paths: each call through back_lite's functions against the torch.ops op it skips."""
     scale = q.shape[-1] ** -0.5
@@ -77,15 +91,8 @@ def op_paths(q, k, v, out, lse, dout, mask, causal, reps, passes) -> None:
             lambda: blf.forward(q, k, v, causal=causal, with_stats=True),
         "torch.ops.back_lite.forward stats":
             lambda: torch.ops.back_lite.forward(q, k, v, scale, causal, True),
-        # forward + backward with autograd: back_lite.attention (eager: ops.EagerAttention)
-        # against the autograd of the op it skips
-        "attention fwd+bwd negl 0.1 (eager)":
-            lambda: autograd_step(lambda *t: blf.attention(*t, negl_prob=0.1, causal=causal),
-                                  q, k, v, dout),
-        "torch.ops.back_lite.attention fwd+bwd":
-            lambda: autograd_step(lambda *t: torch.ops.back_lite.attention(*t, scale, causal,
-                                                                           0.1, True),
-                                  q, k, v, dout),
+        # forward + backward with autograd: the eager path against the op's
+        **attention_steps(q, k, v, dout, causal, 0.1),
     }
     for _ in range(passes):
         for name, fn in rows.items():
