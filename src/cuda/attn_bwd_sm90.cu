@@ -451,12 +451,16 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // kernel (bl_bwd_dq_writers_used); for the others it stays NULL.
     if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, selecting, &ws, stream));
+    const int carveout = bl_bwd_chain_carveout(selecting);
     p.dkv_part = ws.dkv_part;
     p.dkv_done = ws.dkv_done;
-    BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, &ws, stream));
+    BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, carveout, &ws,
+                                  stream));
     p.sched_rec_low = ws.sched_rec_low;
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
-    if (!dq_rows) BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, &ws, stream));
+    if (!dq_rows)
+        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, carveout, &ws,
+                                        stream));
     p.dq_writers = ws.dq_writers;
     // A row tile's only entry writes dq itself (bwd_params::dq_direct) where TMA can describe dq.
     p.dq_direct = p.head_split == 1 && ws.dq_writers != NULL &&

@@ -267,14 +267,27 @@ bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float 
 // whose mask it reads once that one is done. Its own dependent (the schedule) starts at once.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream);
+// The shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout) of the small kernels
+// ahead of the main one: lists, schedule, preprocess. An SM holds CTAs of one carveout at a time,
+// and a kernel's CTAs wait for SMs whose configuration suits it (their other CTAs to drain). With
+// the driver's defaults, where the lists kernel is a call's first kernel, the schedule's CTAs
+// found no SM beside its one-per-SM CTAs until some ended: the schedule started at ~5 us and the
+// preprocess behind it at ~6, not ~1 and ~2. Where all three ask for the most L1 they share the
+// SMs at once (bench/results/bwd-s95-chain-carveout.txt). Behind the selection (dependent) the
+// defaults stay: its SMs take them as they are, where asking for the most L1 held the lists
+// kernel ~9 us until the selection's SMs drained.
+inline int bl_bwd_chain_carveout(bool behind_selection) {
+    return behind_selection ? (int)cudaSharedmemCarveoutDefault : (int)cudaSharedmemCarveoutMaxL1;
+}
 // bwd_lists_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
 // ws->sched_next, with rows80 ws->totals, and ws->sched_rec_low where rows80 and
 // bl_bwd_schedule_window give it windows (else it sets ws->sched_rec_low NULL). Launched as the
 // programmatic dependent of the lists kernel (it reads the counts once that one is done); its
 // own dependent (the preprocess) starts at once.
 // split: the call's head split (bl_bwd_head_split): each column's record repeated for its parts.
+// carveout: bl_bwd_chain_carveout.
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
-                                 bl_bwd_workspace *ws, cudaStream_t stream);
+                                 int carveout, bl_bwd_workspace *ws, cudaStream_t stream);
 // bwd_lists_sm90.cu: the schedule's window in columns (the records' part-major runs) for a call of
 // head split `split`; with low != NULL also the windows of ws->sched_rec_low (0: none).
 bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
@@ -348,9 +361,11 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 // the programmatic dependent of the schedule kernel, beside which (and the lists kernel and the
 // selection before it) it runs: it touches nothing they read or write, and waits for the
 // schedule before it completes, so that the main kernel launched behind it sees all of them.
+// carveout: bl_bwd_chain_carveout.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   const bl_bwd_workspace *ws, cudaStream_t stream);
+                                   int carveout, const bl_bwd_workspace *ws,
+                                   cudaStream_t stream);
 // bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`. dq_direct
 // (bwd_params::dq_direct): where version 10 was picked, the row tiles of one entry are in dq
 // already and are left alone.

@@ -535,8 +535,10 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             "%lld key tiles: more lists units per kv head than writer bytes",
                             (long long)dm.tiles_n);
     const bool few = units < sms;
-    BL_CUDA_CHECK(bl_launch(few ? bl_bwd_list_kernel<LIST_THREADS_FEW>
-                                : bl_bwd_list_kernel<LIST_THREADS>,
+    auto kernel = few ? bl_bwd_list_kernel<LIST_THREADS_FEW> : bl_bwd_list_kernel<LIST_THREADS>;
+    BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       bl_bwd_chain_carveout(dependent)));
+    BL_CUDA_CHECK(bl_launch(kernel,
                             dim3((unsigned)ctas), dim3(few ? LIST_THREADS_FEW : LIST_THREADS),
                             bits_bytes + LIST_TEAM_BYTES, stream, dependent, dm, causal, mask, per,
                             ws->counts, ws->lists, rows80 ? ws->counts80 : (int *)NULL,
@@ -595,7 +597,7 @@ static int sched_rank_split(const bl_bwd_dims &dm) {
 }
 
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
-                                 bl_bwd_workspace *ws, cudaStream_t stream) {
+                                 int carveout, bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
     int window = 0, low = 0;
     BL_TRY(bl_bwd_schedule_window(dm, causal != 0, split, &window, &low));
@@ -603,6 +605,8 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     if (!rows80) low = 0;
     if (low == 0) ws->sched_rec_low = NULL;
     if (causal && dm.head_dim != 128) {
+        BL_CUDA_CHECK(cudaFuncSetAttribute(
+            bl_bwd_schedule_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
         BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0, stream,
                                 /*dependent=*/true, (const int *)ws->counts, (int)cols, split,
                                 ws->schedule, ws->sched_rec, ws->sched_next));
@@ -612,8 +616,11 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     const int rank_cols = SCHED_RANK_THREADS / rank_split;  // columns a CTA ranks
     const int parts = (window + rank_cols - 1) / rank_cols;  // CTAs per window
     const int64_t windows = (cols + window - 1) / window;
-    BL_CUDA_CHECK(bl_launch(rank_split == 4 ? bl_bwd_schedule_window_kernel<4>
-                                            : bl_bwd_schedule_window_kernel<1>,
+    auto kernel = rank_split == 4 ? bl_bwd_schedule_window_kernel<4>
+                                  : bl_bwd_schedule_window_kernel<1>;
+    BL_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+    BL_CUDA_CHECK(bl_launch(kernel,
                             dim3((unsigned)(windows * parts)),
                             dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, dm, causal,
                             (const int *)ws->counts,
