@@ -267,8 +267,8 @@ bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float 
 // whose mask it reads once that one is done. Its own dependent (the schedule) starts at once.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream);
-// The shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout) of the small kernels
-// ahead of the main one: lists, schedule, preprocess. An SM holds CTAs of one carveout at a time,
+// The shared-memory carveout preference (bl_launch_carveout) of the small kernels ahead of the main
+// one: lists, schedule, preprocess. An SM holds CTAs of one carveout at a time,
 // and a kernel's CTAs wait for SMs whose configuration suits it (their other CTAs to drain). With
 // the driver's defaults, where the lists kernel is a call's first kernel, the schedule's CTAs
 // found no SM beside its one-per-SM CTAs until some ended: the schedule started at ~5 us and the
@@ -277,7 +277,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // defaults stay: its SMs take them as they are, where asking for the most L1 held the lists
 // kernel ~9 us until the selection's SMs drained.
 inline int bl_bwd_chain_carveout(bool behind_selection) {
-    return behind_selection ? (int)cudaSharedmemCarveoutDefault : (int)cudaSharedmemCarveoutMaxL1;
+    return behind_selection ? (int)BL_CARVEOUT_DEFAULT : (int)cudaSharedmemCarveoutMaxL1;
 }
 // bwd_lists_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
 // ws->sched_next, with rows80 ws->totals, and ws->sched_rec_low where rows80 and

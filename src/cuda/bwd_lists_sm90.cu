@@ -536,11 +536,10 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             (long long)dm.tiles_n);
     const bool few = units < sms;
     auto kernel = few ? bl_bwd_list_kernel<LIST_THREADS_FEW> : bl_bwd_list_kernel<LIST_THREADS>;
-    BL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       bl_bwd_chain_carveout(dependent)));
-    BL_CUDA_CHECK(bl_launch(kernel,
-                            dim3((unsigned)ctas), dim3(few ? LIST_THREADS_FEW : LIST_THREADS),
-                            bits_bytes + LIST_TEAM_BYTES, stream, dependent, dm, causal, mask, per,
+    BL_CUDA_CHECK(bl_launch_carveout(kernel, dim3((unsigned)ctas),
+                            dim3(few ? LIST_THREADS_FEW : LIST_THREADS),
+                            bits_bytes + LIST_TEAM_BYTES, stream, dependent,
+                            bl_bwd_chain_carveout(dependent), dm, causal, mask, per,
                             ws->counts, ws->lists, rows80 ? ws->counts80 : (int *)NULL,
                             rows80 ? ws->lists80 : (int *)NULL, ws->dq_writers,
                             rows80 ? ws->totals : (unsigned long long *)NULL));
@@ -605,11 +604,10 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     if (!rows80) low = 0;
     if (low == 0) ws->sched_rec_low = NULL;
     if (causal && dm.head_dim != 128) {
-        BL_CUDA_CHECK(cudaFuncSetAttribute(
-            bl_bwd_schedule_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
-        BL_CUDA_CHECK(bl_launch(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0, stream,
-                                /*dependent=*/true, (const int *)ws->counts, (int)cols, split,
-                                ws->schedule, ws->sched_rec, ws->sched_next));
+        BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0,
+                                         stream, /*dependent=*/true, carveout,
+                                         (const int *)ws->counts, (int)cols, split,
+                                         ws->schedule, ws->sched_rec, ws->sched_next));
         return BL_OK;
     }
     const int rank_split = sched_rank_split(dm);
@@ -618,12 +616,9 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     const int64_t windows = (cols + window - 1) / window;
     auto kernel = rank_split == 4 ? bl_bwd_schedule_window_kernel<4>
                                   : bl_bwd_schedule_window_kernel<1>;
-    BL_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
-    BL_CUDA_CHECK(bl_launch(kernel,
-                            dim3((unsigned)(windows * parts)),
-                            dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, dm, causal,
-                            (const int *)ws->counts,
+    BL_CUDA_CHECK(bl_launch_carveout(kernel, dim3((unsigned)(windows * parts)),
+                            dim3(SCHED_RANK_THREADS), 0, stream, /*dependent=*/true, carveout,
+                            dm, causal, (const int *)ws->counts,
                             rows80 ? (const int *)ws->counts80 : (const int *)NULL, (int)cols,
                             window, low, parts, split, ws->schedule, ws->sched_rec,
                             ws->sched_rec_low, ws->sched_next, ws->totals));

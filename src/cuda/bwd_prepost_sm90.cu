@@ -596,10 +596,8 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     const int64_t zero_rows = bl_bwd_dq_accum_rows(dm, layout);
-    BL_CUDA_CHECK(cudaFuncSetAttribute(bl_bwd_preprocess_kernel<T, D>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
-    BL_CUDA_CHECK(bl_launch(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
-                            dim3(PP_THREADS), 0, stream, /*dependent=*/true, dm,
+    BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
+                            dim3(PP_THREADS), 0, stream, /*dependent=*/true, carveout, dm,
                             (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
                             (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
@@ -667,11 +665,11 @@ bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_ten
                                    int carveout, const bl_bwd_workspace *ws,
                                    cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
-    if (dm.head_dim == 64)
-        return bf16 ? preprocess_typed<__nv_bfloat16, 64>(dm, out, dout, lse, layout, carveout, ws, stream)
-                    : preprocess_typed<__half, 64>(dm, out, dout, lse, layout, carveout, ws, stream);
-    return bf16 ? preprocess_typed<__nv_bfloat16, 128>(dm, out, dout, lse, layout, carveout, ws, stream)
-                : preprocess_typed<__half, 128>(dm, out, dout, lse, layout, carveout, ws, stream);
+    auto typed = dm.head_dim == 64 ? (bf16 ? preprocess_typed<__nv_bfloat16, 64>
+                                           : preprocess_typed<__half, 64>)
+                                   : (bf16 ? preprocess_typed<__nv_bfloat16, 128>
+                                           : preprocess_typed<__half, 128>);
+    return typed(dm, out, dout, lse, layout, carveout, ws, stream);
 }
 
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,

@@ -37,18 +37,37 @@ static inline bl_status bl_sm_count(int *sms) {
 // ahead of it on the stream completes (as soon as that one's CTAs have all run
 // griddep_launch_dependents or exited), so it must run griddep_wait (ptx_sm90.cuh) before it
 // touches what that kernel writes, and before it exits if a later kernel relies on both.
+// bl_launch_carveout: the same, with this launch's shared-memory carveout preference
+// (cudaLaunchAttributePreferredSharedMemoryCarveout: percent of the most shared memory, 0 = the
+// most L1), or BL_CARVEOUT_DEFAULT: none, the driver's choice. A launch attribute, not
+// cudaFuncSetAttribute: no driver call of its own, and nothing left behind for the next launch.
+enum { BL_CARVEOUT_DEFAULT = -1 };
 template <typename... Params, typename... Args>
-static inline cudaError_t bl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                    cudaStream_t stream, bool dependent, Args &&...args) {
+static inline cudaError_t bl_launch_carveout(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                             size_t smem, cudaStream_t stream, bool dependent,
+                                             int carveout, Args &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = dependent ? 1 : 0;
+    cudaLaunchAttribute attrs[2];
+    unsigned n = 0;
+    if (dependent) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (carveout != BL_CARVEOUT_DEFAULT) {
+        attrs[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+        attrs[n++].val.sharedMemCarveout = (unsigned)carveout;
+    }
+    cfg.attrs = attrs;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+template <typename... Params, typename... Args>
+static inline cudaError_t bl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                    cudaStream_t stream, bool dependent, Args &&...args) {
+    return bl_launch_carveout(kernel, grid, block, smem, stream, dependent, BL_CARVEOUT_DEFAULT,
+                              static_cast<Args &&>(args)...);
 }
