@@ -276,8 +276,17 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // SMs at once (bench/results/bwd-s95-chain-carveout.txt). Behind the selection (dependent) the
 // defaults stay: its SMs take them as they are, where asking for the most L1 held the lists
 // kernel ~9 us until the selection's SMs drained.
+// Only the extremes were measured (0 and 100 %); dev builds sweep the rest with
+// -DCMAKE_CUDA_FLAGS=-DBL_CHAIN_CARVEOUT_FORCE=P (every call's three kernels at P %, selection
+// calls too), as -DBL_SCHED_RANK_SPLIT_FORCE sweeps the schedule's ranks.
 inline int bl_bwd_chain_carveout(bool behind_selection) {
+#ifdef BL_CHAIN_CARVEOUT_FORCE
+    static_assert(BL_CHAIN_CARVEOUT_FORCE >= 0 && BL_CHAIN_CARVEOUT_FORCE <= 100, "a percentage");
+    (void)behind_selection;
+    return BL_CHAIN_CARVEOUT_FORCE;
+#else
     return behind_selection ? (int)BL_CARVEOUT_DEFAULT : (int)cudaSharedmemCarveoutMaxL1;
+#endif
 }
 // bwd_lists_sm90.cu: ws->counts (and with rows80 ws->counts80) -> ws->schedule, ws->sched_rec,
 // ws->sched_next, with rows80 ws->totals, and ws->sched_rec_low where rows80 and
