@@ -267,9 +267,9 @@ bl_status bl_select_launch(const bl_bwd_dims &dm, const float *tile_mass, float 
 // whose mask it reads once that one is done. Its own dependent (the schedule) starts at once.
 bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *mask, bool rows80,
                               bool dependent, const bl_bwd_workspace *ws, cudaStream_t stream);
-// The shared-memory carveout preference (bl_launch_carveout) of the small kernels ahead of the main
-// one: lists, schedule, preprocess. An SM holds CTAs of one carveout at a time,
-// and a kernel's CTAs wait for SMs whose configuration suits it (their other CTAs to drain). With
+// The shared-memory carveout preference (bl_launch_carveout) of the small kernels ahead of the
+// main one: lists, schedule, preprocess. An SM holds CTAs of one carveout at a time, and a
+// kernel's CTAs wait for SMs whose configuration suits it (their other CTAs to drain). With
 // the driver's defaults, where the lists kernel is a call's first kernel, the schedule's CTAs
 // found no SM beside its one-per-SM CTAs until some ended: the schedule started at ~5 us and the
 // preprocess behind it at ~6, not ~1 and ~2. Where all three ask for the most L1 they share the
