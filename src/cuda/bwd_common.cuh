@@ -276,7 +276,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // SMs at once (bench/results/bwd-s95-chain-carveout.txt). Behind the selection (dependent) the
 // defaults stay: its SMs take them as they are, where asking for the most L1 held the lists
 // kernel ~9 us until the selection's SMs drained.
-// Only the extremes were measured (0 and 100 %); dev builds sweep the rest with
+// Middle values lose everywhere (bench/results/bwd-s96-carveout-sweep.txt: 4 / 14 / 28 % for all
+// calls cost 0..+4 us mask-first and +4..+11 us behind the selection). Dev builds sweep with
 // -DCMAKE_CUDA_FLAGS=-DBL_CHAIN_CARVEOUT_FORCE=P (every call's three kernels at P %, selection
 // calls too), as -DBL_SCHED_RANK_SPLIT_FORCE sweeps the schedule's ranks.
 inline int bl_bwd_chain_carveout(bool behind_selection) {
