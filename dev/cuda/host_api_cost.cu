@@ -3,7 +3,8 @@
 // the profiler's own overhead in): cudaGetDevice, cudaDeviceGetAttribute, cudaFuncSetAttribute
 // (max dynamic shared memory, the same value each time, as the launch paths set it),
 // cudaOccupancyMaxActiveBlocksPerMultiprocessor, cuTensorMapEncodeTiled, and a plain launch.
-//   nvcc -O2 -arch=sm_90a -o host_api_cost dev/cuda/host_api_cost.cu && ./host_api_cost [N]
+//   nvcc -O2 -arch=sm_90a -std=c++17 -o build/probe/host_api_cost dev/cuda/host_api_cost.cu
+//   build/probe/host_api_cost [N]   (on the device; bench/results/host-s96-api-cost.txt)
 #include <cuda.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled_v12000
 #include <cuda_runtime.h>
@@ -76,7 +77,10 @@ int main(int argc, char **argv) {
                                         CU_TENSOR_MAP_SWIZZLE_128B,
                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-                    if (r != CUDA_SUCCESS) { std::printf("encode failed: %d\n", (int)r); std::exit(1); }
+                    if (r != CUDA_SUCCESS) {
+                        std::printf("encode failed: %d\n", (int)r);
+                        std::exit(1);
+                    }
                 }));
     std::printf("launch <<<1, 128, 200 KB>>> (no sync)  %8.3f\n", us_per_call(n, [&] {
                     big_smem_kernel<<<1, 128, smem>>>(nullptr);
