@@ -111,7 +111,7 @@ def main():
     args = ap.parse_args()
     b, s, h, d = (int(x) for x in args.shape.split(","))
     dev = torch.device("cuda")
-    q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = bench_attn.random_qkv(b, s, h, d, torch.bfloat16, dev)
     out, lse, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)
     dout = torch.randn_like(out)
     tm, tn = w.shape[-2:]

@@ -14,6 +14,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from bench_attn import random_qkv  # noqa: E402
 from host_overhead import SLEEP_CYCLES, autograd_step  # noqa: E402
 from back_lite import functional as blf  # noqa: E402
 
@@ -27,7 +29,7 @@ def main():
     args = ap.parse_args()
     b, s, h, d = (int(x) for x in args.shape.split(","))
     dev = torch.device("cuda")
-    q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = random_qkv(b, s, h, d, torch.bfloat16, dev)
     dout = torch.randn_like(q)
 
     def step():
