@@ -5,8 +5,8 @@ For each (shape, causal, dtype, keep): a random tile mask keeping each tile with
 keep, the masked backward, and dq / dk / dv against tests/reference.py's float64 backward over the
 same tiles, by the tests' criterion (reference.check_close: ratio = max error / allowance, <= 1
 passes) with the relative RMS error beside it. `direct` says whether the mask's entries per row
-tile average <= 4.5, where version 10's DIRECT form runs (bl_bwd_dq_direct_chosen) and the probe's
-16-bit accumulator with it; elsewhere a probe-2 build is expected to fail (its fp32 accumulator is
+tile average <= 4.5 (--direct-max), where version 10's DIRECT form runs (bl_bwd_dq_direct_chosen)
+and the probe's 16-bit accumulator with it; elsewhere a probe-2 build is expected to fail (its fp32 accumulator is
 not zeroed) and a probe-1 build runs the shipped path.
 
     BACK_LITE_LIBRARY=build/ab/p1.so PYTHONPATH=. python3 dev/cuda/dq16_probe_check.py
@@ -46,6 +46,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--small", action="store_true", help="small shapes (a smoke run)")
+    ap.add_argument("--direct-max", type=float, default=DIRECT_MAX_ENTRIES,
+                    help="the library's DIRECT gate in entries a row tile (a probe built with "
+                         "-DBL_BWD_DQ16_MAX_X2=N: N / 2)")
     args = ap.parse_args()
     dev = args.device
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -80,7 +83,7 @@ def main():
                 ok = all(r <= 1.0 for r in ratios) and not any(torch.isnan(g).any() for g in got)
                 failed += not ok
                 print(f"| {(batch, seqlen, hq, hk, d)} | {causal} | {str(dtype)[6:]} | {keep} | "
-                      f"{entries:.2f} | {entries <= DIRECT_MAX_ENTRIES} | {ratios[0]:.3f} | "
+                      f"{entries:.2f} | {entries <= args.direct_max} | {ratios[0]:.3f} | "
                       f"{ratios[1]:.3f} | {ratios[2]:.3f} | {rel_rms(got[0], want[0]):.2e} | "
                       f"{'yes' if ok else 'NO'} |", flush=True)
     print(f"# {failed} case(s) failed")

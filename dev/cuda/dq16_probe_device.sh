@@ -5,13 +5,15 @@
 # Here (no GPU needed; ~4 min on 2 cores), the three libraries, packed for one carry:
 #   bash dev/cuda/dq16_probe_device.sh build
 # On the device (carry ["build/pack/dq16.tar.xz"]), one step per call (each well under 600 s):
-#   bash dev/cuda/dq16_probe_device.sh check    # tests/gpu on p1; dq16_probe_check on la/p1/p2;
-#                                               # memcheck + racecheck on p1
-#   bash dev/cuda/dq16_probe_device.sh time     # timelines: p2 and p1 against la, 2 rounds
+#   bash dev/cuda/dq16_probe_device.sh check        # tests/gpu on p1; dq16_probe_check on all
+#                                                   # four; memcheck + racecheck on p1
+#   bash dev/cuda/dq16_probe_device.sh time         # timelines without a causal mask
+#   bash dev/cuda/dq16_probe_device.sh time causal  # and with one (2 rounds each)
 # Libraries: la = the working tree as it is; p1 = the patch with -DBL_BWD_DQ16_PROBE=1 (dq and
 # the fp32 accumulator both zeroed: correct whatever kernel is picked); p2 = with =2 (only dq
 # zeroed: the probe's real cost, correct only where the DIRECT form runs -- masked head-dim-128
-# calls averaging <= 4.5 entries a row tile, bl_bwd_dq_direct_chosen).
+# calls averaging <= 4.5 entries a row tile, bl_bwd_dq_direct_chosen); p3 = p2 with the DIRECT
+# gate at 16.5 entries (-DBL_BWD_DQ16_MAX_X2=33: the 10 % rows, causal 25 %).
 # Results go to $OUT (default out/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,9 +37,11 @@ build)
     (cd build/dq16/probe && patch -s -p1 < ../../../dev/cuda/wip/bwd-dq16-acc-probe.patch)
     build_lib la build/dq16/base
     cp -r build/dq16/probe build/dq16/probe2
+    cp -r build/dq16/probe build/dq16/probe3
     build_lib p1 build/dq16/probe "-DBL_BWD_DQ16_PROBE=1"
     build_lib p2 build/dq16/probe2 "-DBL_BWD_DQ16_PROBE=2"
-    tar -cJf build/pack/dq16.tar.xz -C build/ab la.so p1.so p2.so
+    build_lib p3 build/dq16/probe3 "-DBL_BWD_DQ16_PROBE=2 -DBL_BWD_DQ16_MAX_X2=33"
+    tar -cJf build/pack/dq16.tar.xz -C build/ab la.so p1.so p2.so p3.so
     ls -la build/pack/dq16.tar.xz
     ;;
 check)
@@ -47,9 +51,11 @@ check)
     BACK_LITE_LIBRARY=$PWD/build/ab/p1.so python3 -m pytest -q tests/gpu -p no:cacheprovider \
         > "$OUT/p1-gpu-pytest.txt" 2>&1 || true
     tail -3 "$OUT/p1-gpu-pytest.txt"
-    for n in la p1 p2; do
+    for n in la p1 p2 p3; do
+        gate=4.5
+        [ $n = p3 ] && gate=16.5
         BACK_LITE_LIBRARY=$PWD/build/ab/$n.so python3 dev/cuda/dq16_probe_check.py \
-            > "$OUT/check-$n.txt" 2>&1 || true
+            --direct-max $gate > "$OUT/check-$n.txt" 2>&1 || true
         tail -1 "$OUT/check-$n.txt"
     done
     for tool in memcheck racecheck; do
@@ -60,10 +66,12 @@ check)
     ;;
 time)
     mkdir -p "$OUT" build/ab && tar -xJf build/pack/dq16.tar.xz -C build/ab
-    # the rows where the DIRECT form runs (<= 4.5 entries a row tile) and one where it does not
-    NEW_LIB=build/ab/p2.so OUT=$OUT bash dev/cuda/lib_timeline_ab.sh \
-        la=build/ab/la.so,p1=build/ab/p1.so \
-        "1,16384,16,128|0.03,0.008,negl:0.5;1,16384,16,128 --causal|0.03,0.008,0.1" x 2
+    # 3 % and video negl 0.5 (<= 4.5 entries a row tile: DIRECT in p1-p3), 10 % (12.8 entries
+    # without a causal mask, 6.5 with one) and causal 25 % (16): DIRECT in p3 only
+    cfg="1,16384,16,128|0.03,0.1,negl:0.5"
+    [ "${2:-}" = causal ] && cfg="1,16384,16,128 --causal|0.03,0.1,0.25"
+    NEW_LIB=build/ab/p3.so OUT=$OUT bash dev/cuda/lib_timeline_ab.sh \
+        la=build/ab/la.so,p1=build/ab/p1.so,p2=build/ab/p2.so "$cfg" x 2
     grep span "$OUT/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
     ;;
 *)
