@@ -2,7 +2,7 @@
 # dq16_probe_device.sh -- the dQ16 probe (dev/cuda/wip/bwd-dq16-acc-probe.patch: a 16-bit dq
 # accumulator where version 10 runs in its DIRECT form) checked and timed in device calls.
 #
-# Here (no GPU needed; ~4 min on 2 cores), the three libraries, packed for one carry:
+# Here (no GPU needed; ~5 min on 2 cores), the four libraries, packed for one carry (~10 MB):
 #   bash dev/cuda/dq16_probe_device.sh build
 # On the device (carry ["build/pack/dq16.tar.xz"]), one step per call (each well under 600 s):
 #   bash dev/cuda/dq16_probe_device.sh check        # tests/gpu on p1; dq16_probe_check on all
@@ -14,7 +14,7 @@
 # zeroed: the probe's real cost, correct only where the DIRECT form runs -- masked head-dim-128
 # calls averaging <= 4.5 entries a row tile, bl_bwd_dq_direct_chosen); p3 = p2 with the DIRECT
 # gate at 16.5 entries (-DBL_BWD_DQ16_MAX_X2=33: the 10 % rows, causal 25 %).
-# Results go to $OUT (default out/).
+# Results go to $OUT (default out/). Measured this way: bench/results/bwd-s97-dq16-probe-*.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
