@@ -13,7 +13,9 @@
 # the fp32 accumulator both zeroed: correct whatever kernel is picked); p2 = with =2 (only dq
 # zeroed: the probe's real cost, correct only where the DIRECT form runs -- masked head-dim-128
 # calls averaging <= 4.5 entries a row tile, bl_bwd_dq_direct_chosen); p3 = p2 with the DIRECT
-# gate at 16.5 entries (-DBL_BWD_DQ16_MAX_X2=33: the 10 % rows, causal 25 %).
+# gate at 16.5 entries (-DBL_BWD_DQ16_MAX_X2=33: the 10 % rows, causal 25 %); p4 = probe 3 (each
+# preprocess CTA zeroes the kind the device picks once the totals are final, both before) with
+# that gate, packed apart (build/pack/dq16b.tar.xz): correct whatever is picked, not yet run.
 # Results go to $OUT (default out/). Measured this way: bench/results/bwd-s97-dq16-probe-*.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,6 +44,10 @@ build)
     build_lib p2 build/dq16/probe2 "-DBL_BWD_DQ16_PROBE=2"
     build_lib p3 build/dq16/probe3 "-DBL_BWD_DQ16_PROBE=2 -DBL_BWD_DQ16_MAX_X2=33"
     tar -cJf build/pack/dq16.tar.xz -C build/ab la.so p1.so p2.so p3.so
+    # p4: the zeros' kind decided on the device (probe 3), the gate at 16.5 entries
+    cp -r build/dq16/probe build/dq16/probe4
+    build_lib p4 build/dq16/probe4 "-DBL_BWD_DQ16_PROBE=3 -DBL_BWD_DQ16_MAX_X2=33"
+    tar -cJf build/pack/dq16b.tar.xz -C build/ab la.so p4.so
     ls -la build/pack/dq16.tar.xz
     ;;
 check)
