@@ -15,7 +15,8 @@
 # calls averaging <= 4.5 entries a row tile, bl_bwd_dq_direct_chosen); p3 = p2 with the DIRECT
 # gate at 16.5 entries (-DBL_BWD_DQ16_MAX_X2=33: the 10 % rows, causal 25 %); p4 = probe 3 (each
 # preprocess CTA zeroes the kind the device picks once the totals are final, both before) with
-# that gate, packed apart (build/pack/dq16b.tar.xz): correct whatever is picked, not yet run.
+# that gate, packed apart (build/pack/dq16b.tar.xz): correct whatever is picked (run once:
+# bench/results/bwd-s97-dq16-probe3.txt).
 # Results go to $OUT (default out/). Measured this way: bench/results/bwd-s97-dq16-probe-*.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
