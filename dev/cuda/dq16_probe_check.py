@@ -22,7 +22,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
+from dq_accum_precision import allowance, rel_rms  # noqa: E402  (the tests' bound, as a ratio)
 from inputs import random_qkv  # noqa: E402
 
 import back_lite  # noqa: E402
@@ -35,11 +37,6 @@ CASES = [((1, 4096, 8, 8, 128), False, (0.03, 0.1, 0.13, 0.5)),
          ((2, 2000, 8, 2, 128), False, (0.1, 0.14)),
          ((1, 3000, 4, 4, 128), True, (0.1, 0.25))]
 SMALL_CASES = [((1, 520, 2, 1, 64), False, (0.2, 0.6)), ((1, 520, 2, 2, 64), True, (0.3,))]
-
-
-def rel_rms(got, want):
-    diff = got.double() - want
-    return float(diff.pow(2).mean().sqrt() / want.pow(2).mean().sqrt().clamp_min(1e-30))
 
 
 def main():
@@ -74,12 +71,7 @@ def main():
                 got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
                 want = ref.backward(q, k, v, out, dout, scale, causal, mask, tiles)
                 base = ref.backward(q, k, v, out, dout, scale, causal, mask, tiles, dtype)
-                ratios = []
-                for g, w, b in zip(got, want, base):
-                    err = ref.max_err(g, w)
-                    allow = 2.0 * ref.max_err(b, w) + 2.0 * ref.max_err(w.to(dtype), w) + \
-                        ref.ABS_FLOOR
-                    ratios.append(err / allow)
+                ratios = [ref.max_err(g, w) / allowance(w, b) for g, w, b in zip(got, want, base)]
                 ok = all(r <= 1.0 for r in ratios) and not any(torch.isnan(g).any() for g in got)
                 failed += not ok
                 print(f"| {(batch, seqlen, hq, hk, d)} | {causal} | {str(dtype)[6:]} | {keep} | "

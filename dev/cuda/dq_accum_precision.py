@@ -103,17 +103,23 @@ def allowance(want, base):
 
 def rel_rms(got, want):
     diff = got.double() - want
-    return float(diff.pow(2).mean().sqrt() / want.pow(2).mean().sqrt())
+    return float(diff.pow(2).mean().sqrt() / want.pow(2).mean().sqrt().clamp_min(1e-30))
+
+
+def study_inputs(inputs, head_dim, low, args, gen):
+    """q, k, v (1, S, H, D) in `low` -- random, or local attention (peaky rows: the last Sq
+    queries of a local Sk x Sk problem) -- and a random dout."""
+    if inputs == "random":
+        q, k, v = random_qkv(1, args.sq, args.sk, args.heads, args.heads, head_dim, low, seed=1)
+    else:
+        q, k, v = local_qkv(1, args.sk, args.heads, args.heads, head_dim, low, seed=1)
+        q = q[:, -args.sq:].contiguous()
+    return q, k, v, torch.randn(q.shape, generator=gen).to(low)
 
 
 def study(inputs, head_dim, low, args, gen):
     sq, sk, heads = args.sq, args.sk, args.heads
-    if inputs == "random":
-        q, k, v = random_qkv(1, sq, sk, heads, heads, head_dim, low, seed=1)
-    else:  # local attention: sq == sk, peaky rows
-        q, k, v = local_qkv(1, sk, heads, heads, head_dim, low, seed=1)
-        q = q[:, -sq:].contiguous()
-    dout = torch.randn(q.shape, generator=gen).to(low)
+    q, k, v, dout = study_inputs(inputs, head_dim, low, args, gen)
     scale = 1.0 / math.sqrt(head_dim)
     parts, out = kernel_parts(q, k, v, dout, scale)
     tiles_m, tiles_n = -(-sq // TILE_M), -(-sk // TILE_N)
@@ -135,13 +141,7 @@ def study(inputs, head_dim, low, args, gen):
 def selection_error(inputs, head_dim, low, args, gen, negls):
     """For scale: the relative RMS error of the float64 dq over the tiles the selection keeps at
     each negl_prob, against the dense float64 dq -- the error a sparse call accepts by design."""
-    sq, sk, heads = args.sq, args.sk, args.heads
-    if inputs == "random":
-        q, k, v = random_qkv(1, sq, sk, heads, heads, head_dim, low, seed=1)
-    else:
-        q, k, v = local_qkv(1, sk, heads, heads, head_dim, low, seed=1)
-        q = q[:, -sq:].contiguous()
-    dout = torch.randn(q.shape, generator=gen).to(low)
+    q, k, v, dout = study_inputs(inputs, head_dim, low, args, gen)
     scale = 1.0 / math.sqrt(head_dim)
     out64, _, p64 = ref.attention(q, k, v, scale, False)
     out = out64.to(low)
