@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# dq16_device.sh -- dev/cuda/wip/bwd-dq16-light-tiles.patch (version 10's DIRECT form with 16-bit
+# dq for its light row tiles, bl_bwd_dq16_tile, and the preprocess's zero CTAs) against the
+# library it applies to, checked and timed in device calls.
+#
+# Here (no GPU needed; ~3 min on 2 cores): the two libraries, packed for one carry (~5 MB):
+#   bash dev/cuda/dq16_device.sh pack [PATCH]   # la = HEAD's library, new = HEAD + PATCH's
+#                                               # (default the patch above; -v1.patch: its first form)
+# On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
+#   bash dev/cuda/dq16_device.sh check [PATCH]  # tests/gpu with PATCH's tests on new;
+#                                               # dq16_probe_check on both; memcheck and racecheck
+#                                               # on new (pool_sanitize cases 1, 2, 6, 7)
+#   bash dev/cuda/dq16_device.sh time           # timelines at 16k x 16 x 128, causal and not, 2 rounds
+#   bash dev/cuda/dq16_device.sh bench          # bench/bench_attn.py --no-flex on both
+# Results go to $OUT (default out/). Measured this way: bench/results/bwd-s98-dq16.txt.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out}
+step=${1:?usage: dq16_device.sh pack [PATCH]|check [PATCH]|time|bench}
+PATCH=${2:-dev/cuda/wip/bwd-dq16-light-tiles.patch}
+
+build_lib() {  # NAME TREE: TREE's library (release flags) into build/ab/NAME.so
+    cmake -S "$2" -B "$2/b" -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF > "$2/cmake.log" 2>&1
+    cmake --build "$2/b" -j "$(nproc)" > "$2/build.log" 2>&1
+    cp "$(find "$2/b" -name libbacklite.so | head -1)" "build/ab/$1.so"
+}
+unpack() {
+    mkdir -p "$OUT" build/ab && tar -xJf build/pack/dq16.tar.xz -C build/ab
+    export PYTHONPATH=$PWD
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+}
+
+case $step in
+pack)
+    rm -rf build/dq16 && mkdir -p build/dq16/base build/dq16/new build/ab build/pack
+    git archive HEAD CMakeLists.txt pyproject.toml src include | tar -x -C build/dq16/base
+    cp -r build/dq16/base/. build/dq16/new/
+    git apply --directory=build/dq16/new --include='build/dq16/new/src/*' "$PATCH"
+    build_lib la build/dq16/base
+    build_lib new build/dq16/new
+    tar -cJf build/pack/dq16.tar.xz -C build/ab la.so new.so
+    ls -la build/pack/dq16.tar.xz
+    ;;
+check)
+    unpack
+    git apply --include='tests/*' "$PATCH"  # the patch's tests (this copy of the tree only)
+    BACK_LITE_LIBRARY=$PWD/build/ab/new.so python3 -m pytest -q tests/gpu -p no:cacheprovider \
+        > "$OUT/new-gpu-pytest.txt" 2>&1 || true
+    tail -3 "$OUT/new-gpu-pytest.txt"
+    for n in la new; do
+        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so python3 dev/cuda/dq16_probe_check.py \
+            --direct-max 16.5 > "$OUT/check-$n.txt" 2>&1 || true
+        tail -1 "$OUT/check-$n.txt"
+    done
+    for tool in memcheck racecheck; do
+        BACK_LITE_LIBRARY=$PWD/build/ab/new.so compute-sanitizer --tool $tool \
+            python3 dev/cuda/pool_sanitize.py --cases 1,2,6,7 > "$OUT/new-$tool.txt" 2>&1 || true
+        tail -2 "$OUT/new-$tool.txt"
+    done
+    ;;
+time)
+    unpack
+    # 3 % (~1 entry a row tile) and video negl 0.5: DIRECT before and after; 10 % (12.8 entries
+    # without a causal mask, 6.5 with one) and causal 25 % (16): DIRECT only after (16.5);
+    # causal 50 %: an 80-row kernel in both, where the zeros' pick must cost nothing
+    NEW_LIB=build/ab/new.so OUT=$OUT bash dev/cuda/lib_timeline_ab.sh la=build/ab/la.so \
+        "1,16384,16,128|0.03,0.1,negl:0.5;1,16384,16,128 --causal|0.03,0.1,0.25,0.5" x 2
+    grep span "$OUT/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
+    ;;
+bench)
+    unpack
+    for n in la new; do
+        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so python3 bench/bench_attn.py --no-flex \
+            --out "$OUT/bench-$n.json" > "$OUT/bench-$n.txt" 2>&1 || true
+        tail -4 "$OUT/bench-$n.txt"
+    done
+    ;;
+*)
+    echo "unknown step $step" >&2
+    exit 2
+    ;;
+esac
