@@ -1,15 +1,15 @@
-"""The dQ16 probe's gradients on the device against the float64 reference (BACK_LITE_LIBRARY picks
-the library: the shipped one, or a build with -DBL_BWD_DQ16_PROBE=1 / 2).
+"""Masked backward gradients on the device against the float64 reference, around version 10's
+DIRECT form and its 16-bit dq (BACK_LITE_LIBRARY picks the library: the shipped one, or a build of
+dev/cuda/wip/bwd-dq16-light-tiles.patch; written for the ninety-seventh session's dQ16 probe).
 
 For each (shape, causal, dtype, keep): a random tile mask keeping each tile with probability
 keep, the masked backward, and dq / dk / dv against tests/reference.py's float64 backward over the
 same tiles, by the tests' criterion (reference.check_close: ratio = max error / allowance, <= 1
 passes) with the relative RMS error beside it. `direct` says whether the mask's entries per row
-tile average <= 4.5 (--direct-max), where version 10's DIRECT form runs (bl_bwd_dq_direct_chosen)
-and the probe's 16-bit accumulator with it; elsewhere a probe-2 build is expected to fail (its fp32 accumulator is
-not zeroed) and a probe-1 build runs the shipped path.
+tile average <= --direct-max (the library's DIRECT gate: 4.5 shipped, 16.5 in the patch), where
+version 10's DIRECT form runs (bl_bwd_dq_direct_chosen) unless an 80-row kernel costs less.
 
-    BACK_LITE_LIBRARY=build/ab/p1.so PYTHONPATH=. python3 dev/cuda/dq16_probe_check.py
+    BACK_LITE_LIBRARY=build/ab/new.so PYTHONPATH=. python3 dev/cuda/dq16_probe_check.py --direct-max 16.5
 (--device cpu --small: the script's own smoke run on the CPU backend, fp32 accumulation only)
 """
 from __future__ import annotations
@@ -44,8 +44,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--small", action="store_true", help="small shapes (a smoke run)")
     ap.add_argument("--direct-max", type=float, default=DIRECT_MAX_ENTRIES,
-                    help="the library's DIRECT gate in entries a row tile (a probe built with "
-                         "-DBL_BWD_DQ16_MAX_X2=N: N / 2)")
+                    help="the library's DIRECT gate in entries a row tile")
     args = ap.parse_args()
     dev = args.device
     gen = torch.Generator(device=dev).manual_seed(0)
