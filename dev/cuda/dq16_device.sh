@@ -3,24 +3,31 @@
 # dq for its light row tiles, bl_bwd_dq16_tile, and the preprocess's zero CTAs) against the
 # library it applies to, checked and timed in device calls.
 #
-# Here (no GPU needed; ~3 min on 2 cores): the two libraries, packed for one carry (~5 MB):
+# Here (no GPU needed; ~7 min on 2 cores): the libraries, packed for one carry (~12 MB):
 #   bash dev/cuda/dq16_device.sh pack [PATCH]   # la = HEAD's library, new = HEAD + PATCH's
-#                                               # (default the patch above; -v1.patch: its first form)
+#                                               # (default the patch above; -v1.patch: its first
+#                                               # form), and with PATCH's dev switches f3k / f12k
+#                                               # (the first zero CTA after 3072 / 12288 row CTAs)
+#                                               # and cnt (the zero CTAs counted by kind)
 # On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
 #   bash dev/cuda/dq16_device.sh check [PATCH]  # tests/gpu with PATCH's tests on new;
 #                                               # dq16_probe_check on both; memcheck and racecheck
 #                                               # on new (pool_sanitize cases 1, 2, 6, 7)
-#   bash dev/cuda/dq16_device.sh time           # timelines at 16k x 16 x 128, causal and not, 2 rounds
-#   bash dev/cuda/dq16_device.sh bench          # bench/bench_attn.py --no-flex on both
-# Results go to $OUT (default out/). Measured this way: bench/results/bwd-s98-dq16.txt.
+#   bash dev/cuda/dq16_device.sh time           # timelines at 16k x 16 x 128, causal and not, 2
+#                                               # rounds, la / new / f3k / f12k; cnt's counts
+#   bash dev/cuda/dq16_device.sh bench          # bench/bench_attn.py --no-flex on la and new
+# Results go to $OUT (default out/). Measured this way: bench/results/bwd-s98-dq16.txt (v1;
+# la and new only, check and time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 step=${1:?usage: dq16_device.sh pack [PATCH]|check [PATCH]|time|bench}
 PATCH=${2:-dev/cuda/wip/bwd-dq16-light-tiles.patch}
 
-build_lib() {  # NAME TREE: TREE's library (release flags) into build/ab/NAME.so
-    cmake -S "$2" -B "$2/b" -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF > "$2/cmake.log" 2>&1
+build_lib() {  # NAME TREE [CUDA_FLAGS]: TREE's library (release flags) into build/ab/NAME.so
+    local args=(-S "$2" -B "$2/b" -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF)
+    [ -n "${3:-}" ] && args+=("-DCMAKE_CUDA_FLAGS=$3")
+    cmake "${args[@]}" > "$2/cmake.log" 2>&1
     cmake --build "$2/b" -j "$(nproc)" > "$2/build.log" 2>&1
     cp "$(find "$2/b" -name libbacklite.so | head -1)" "build/ab/$1.so"
 }
@@ -38,7 +45,16 @@ pack)
     git apply --directory=build/dq16/new --include='build/dq16/new/src/*' "$PATCH"
     build_lib la build/dq16/base
     build_lib new build/dq16/new
-    tar -cJf build/pack/dq16.tar.xz -C build/ab la.so new.so
+    libs=(la.so new.so)
+    if grep -q BL_PP_ZERO_COUNTS "$PATCH"; then  # (not in the -v1 patch)
+        for v in f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288 \
+                 cnt:-DBL_PP_ZERO_COUNTS; do
+            cp -r build/dq16/new "build/dq16/${v%%:*}" && rm -rf "build/dq16/${v%%:*}/b"
+            build_lib "${v%%:*}" "build/dq16/${v%%:*}" "${v#*:}"
+            libs+=("${v%%:*}.so")
+        done
+    fi
+    tar -cJf build/pack/dq16.tar.xz -C build/ab "${libs[@]}"
     ls -la build/pack/dq16.tar.xz
     ;;
 check)
@@ -63,9 +79,24 @@ time)
     # 3 % (~1 entry a row tile) and video negl 0.5: DIRECT before and after; 10 % (12.8 entries
     # without a causal mask, 6.5 with one) and causal 25 % (16): DIRECT only after (16.5);
     # causal 50 %: an 80-row kernel in both, where the zeros' pick must cost nothing
-    NEW_LIB=build/ab/new.so OUT=$OUT bash dev/cuda/lib_timeline_ab.sh la=build/ab/la.so \
-        "1,16384,16,128|0.03,0.1,negl:0.5;1,16384,16,128 --causal|0.03,0.1,0.25,0.5" x 2
+    cfg="1,16384,16,128|0.03,0.1,negl:0.5;1,16384,16,128 --causal|0.03,0.1,0.25,0.5"
+    others=la=build/ab/la.so
+    for v in f3k f12k; do [ -f build/ab/$v.so ] && others+=",$v=build/ab/$v.so"; done
+    NEW_LIB=build/ab/new.so OUT=$OUT bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2
     grep span "$OUT/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
+    # the zero CTAs by the kind of zeros they found (unknown: the pick not yet published)
+    if [ -f build/ab/cnt.so ]; then
+        for c in "--keeps 0.03,0.1,negl:0.5" "--causal --keeps 0.03,0.1,0.25,0.5"; do
+            keeps=${c##*--keeps }
+            for keep in ${keeps//,/ }; do
+                echo "== 1,16384,16,128 ${c%%--keeps*}keep $keep"
+                BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so python3 dev/cuda/bwd_call_timeline.py \
+                    --shape 1,16384,16,128 ${c%%--keeps*} --keeps "$keep" --calls 2 2>&1 |
+                    grep "bl zero CTAs" | sort | uniq -c
+            done
+        done > "$OUT/zero-counts.txt" 2>&1 || true
+        cat "$OUT/zero-counts.txt"
+    fi
     ;;
 bench)
     unpack
