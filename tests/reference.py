@@ -151,6 +151,19 @@ def max_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     return float(diff.max()) if diff.numel() else 0.0
 
 
+def rounding_atol(ref64, dtype, floor: float = 0.0) -> float:
+    """check_close's atol: twice the error of rounding ref64's finite entries to dtype, plus
+    `floor` and ABS_FLOOR."""
+    finite = torch.isfinite(ref64)
+    rounding = max_err(ref64[finite].to(dtype), ref64[finite]) if finite.any() else 0.0
+    return 2.0 * rounding + floor + ABS_FLOOR
+
+
+def allowance(ref64, baseline, mult: float = 2.0, floor: float = 0.0) -> float:
+    """The largest max error check_close accepts for a result in baseline's dtype."""
+    return mult * max_err(baseline, ref64) + rounding_atol(ref64, baseline.dtype, floor)
+
+
 def check_close(name: str, got, ref64, baseline, mult: float = 2.0, floor: float = 0.0):
     """FlashAttention-3 style: |got - ref64| <= mult * |baseline - ref64| + atol, where baseline is
     PyTorch's own low-precision result and atol the error of rounding ref64 to got's dtype
@@ -159,9 +172,7 @@ def check_close(name: str, got, ref64, baseline, mult: float = 2.0, floor: float
     assert not torch.isnan(got).any(), f"{name}: NaN in the result"
     err = max_err(got, ref64)
     base = max_err(baseline, ref64)
-    finite = torch.isfinite(ref64)
-    rounding = max_err(ref64[finite].to(got.dtype), ref64[finite]) if finite.any() else 0.0
-    atol = 2.0 * rounding + floor + ABS_FLOOR
+    atol = rounding_atol(ref64, got.dtype, floor)
     assert err <= mult * base + atol, (
         f"{name}: max error {err:.3e} > {mult} x PyTorch low-precision error {base:.3e} + "
         f"{atol:.3e}")

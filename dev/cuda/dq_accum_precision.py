@@ -94,13 +94,6 @@ def accumulate(parts, mask, low, gen):
     return acc32.transpose(0, 1)[None], acc16.transpose(0, 1)[None]
 
 
-def allowance(want, base):
-    """reference.check_close's bound for a 16-bit result: 2 x base error + 2 x rounding + floor."""
-    base_err = ref.max_err(base, want)
-    rounding = ref.max_err(want.to(base.dtype), want)
-    return 2.0 * base_err + 2.0 * rounding + ref.ABS_FLOOR
-
-
 def rel_rms(got, want):
     diff = got.double() - want
     return float(diff.pow(2).mean().sqrt() / want.pow(2).mean().sqrt().clamp_min(1e-30))
@@ -130,7 +123,7 @@ def study(inputs, head_dim, low, args, gen):
         want = ref.backward(q, k, v, out, dout, scale, False, mask, (TILE_M, TILE_N))[0]
         base = ref.backward(q, k, v, out, dout, scale, False, mask, (TILE_M, TILE_N), low)[0]
         acc32, acc16 = accumulate(parts, mask, low, gen)
-        bound = allowance(want, base)
+        bound = ref.allowance(want, base)
         rows.append((kept, ref.max_err(acc32, want) / bound, ref.max_err(acc16, want) / bound,
                      rel_rms(acc32, want), rel_rms(acc16, want), rel_rms(base, want)))
         if kept == tiles_n:
