@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
 # dq16_device.sh -- dev/cuda/wip/bwd-dq16-light-tiles.patch (version 10's DIRECT form with 16-bit
-# dq for its light row tiles, bl_bwd_dq16_tile, and the preprocess's zero CTAs) against the
-# library it applies to, checked and timed in device calls.
+# dq for its light row tiles, bl_bwd_dq16_tile, and the preprocess's zero CTAs) and on top of it
+# bwd-dq16-light-tiles-hd64.patch (the same for version 6, head dim 64) against the library they
+# apply to, checked and timed in device calls.
 #
 # Here (no GPU needed; ~7 min on 2 cores): the libraries, packed for one carry (~12 MB):
-#   bash dev/cuda/dq16_device.sh pack [PATCH]   # la = HEAD's library, new = HEAD + PATCH's
-#                                               # (default the patch above; -v1.patch: its first
-#                                               # form), and with PATCH's dev switches f3k / f12k
-#                                               # (the first zero CTA after 3072 / 12288 row CTAs)
-#                                               # and cnt (the zero CTAs counted by kind)
+#   bash dev/cuda/dq16_device.sh pack [PATCH...]  # la = HEAD's library, new = HEAD + the
+#                                                 # patches in order (default the two above;
+#                                                 # -v1.patch alone: the first form), and with
+#                                                 # their dev switches f3k / f12k (the first zero
+#                                                 # CTA after 3072 / 12288 row CTAs) and cnt (the
+#                                                 # zero CTAs counted by kind)
 # On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
-#   bash dev/cuda/dq16_device.sh check [PATCH]  # tests/gpu with PATCH's tests on new;
-#                                               # dq16_probe_check on both; memcheck and racecheck
-#                                               # on new (pool_sanitize cases 1, 2, 6, 7)
-#   bash dev/cuda/dq16_device.sh time           # timelines at 16k x 16 x 128, causal and not, 2
-#                                               # rounds, la / new / f3k / f12k; cnt's counts
-#   bash dev/cuda/dq16_device.sh bench          # bench/bench_attn.py --no-flex on la and new
+#   bash dev/cuda/dq16_device.sh check [PATCH...] # tests/gpu with the patches' tests on new;
+#                                                 # dq16_probe_check on both; memcheck and
+#                                                 # racecheck on new (pool_sanitize cases 1, 2, 4,
+#                                                 # 6, 7, 9: head dim 128 and 64, masked)
+#   bash dev/cuda/dq16_device.sh time             # timelines at 16k x 16 x 128, causal and not, 2
+#                                                 # rounds, la / new / f3k / f12k; cnt's counts
+#   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new
+#   bash dev/cuda/dq16_device.sh bench            # bench/bench_attn.py --no-flex on la and new
 # Results go to $OUT (default out/). Measured this way: bench/results/bwd-s98-dq16.txt (v1;
 # la and new only, check and time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
-step=${1:?usage: dq16_device.sh pack [PATCH]|check [PATCH]|time|bench}
-PATCH=${2:-dev/cuda/wip/bwd-dq16-light-tiles.patch}
+step=${1:?usage: dq16_device.sh pack|check|time|time64|bench [PATCH...]}
+shift
+PATCHES=("$@")
+[ ${#PATCHES[@]} -gt 0 ] ||
+    PATCHES=(dev/cuda/wip/bwd-dq16-light-tiles.patch dev/cuda/wip/bwd-dq16-light-tiles-hd64.patch)
 
 build_lib() {  # NAME TREE [CUDA_FLAGS]: TREE's library (release flags) into build/ab/NAME.so
     local args=(-S "$2" -B "$2/b" -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF)
@@ -42,11 +49,13 @@ pack)
     rm -rf build/dq16 && mkdir -p build/dq16/base build/dq16/new build/ab build/pack
     git archive HEAD CMakeLists.txt pyproject.toml src include | tar -x -C build/dq16/base
     cp -r build/dq16/base/. build/dq16/new/
-    git apply --directory=build/dq16/new --include='build/dq16/new/src/*' "$PATCH"
+    for p in "${PATCHES[@]}"; do
+        git apply --directory=build/dq16/new --include='build/dq16/new/src/*' "$p"
+    done
     build_lib la build/dq16/base
     build_lib new build/dq16/new
     libs=(la.so new.so)
-    if grep -q BL_PP_ZERO_COUNTS "$PATCH"; then  # (not in the -v1 patch)
+    if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # (not in the -v1 patch)
         for v in f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288 \
                  cnt:-DBL_PP_ZERO_COUNTS; do
             cp -r build/dq16/new "build/dq16/${v%%:*}" && rm -rf "build/dq16/${v%%:*}/b"
@@ -59,7 +68,9 @@ pack)
     ;;
 check)
     unpack
-    git apply --include='tests/*' "$PATCH"  # the patch's tests (this copy of the tree only)
+    for p in "${PATCHES[@]}"; do  # the patches' tests (this copy of the tree only)
+        git apply --include='tests/*' "$p"
+    done
     BACK_LITE_LIBRARY=$PWD/build/ab/new.so python3 -m pytest -q tests/gpu -p no:cacheprovider \
         > "$OUT/new-gpu-pytest.txt" 2>&1 || true
     tail -3 "$OUT/new-gpu-pytest.txt"
@@ -70,7 +81,7 @@ check)
     done
     for tool in memcheck racecheck; do
         BACK_LITE_LIBRARY=$PWD/build/ab/new.so compute-sanitizer --tool $tool \
-            python3 dev/cuda/pool_sanitize.py --cases 1,2,6,7 > "$OUT/new-$tool.txt" 2>&1 || true
+            python3 dev/cuda/pool_sanitize.py --cases 1,2,4,6,7,9 > "$OUT/new-$tool.txt" 2>&1 || true
         tail -2 "$OUT/new-$tool.txt"
     done
     ;;
@@ -96,6 +107,27 @@ time)
             done
         done > "$OUT/zero-counts.txt" 2>&1 || true
         cat "$OUT/zero-counts.txt"
+    fi
+    ;;
+time64)
+    unpack
+    # head dim 64 (bwd-dq16-light-tiles-hd64.patch): version 6's light tiles in 16-bit at every
+    # keep (no device pick); 10 % non-causal is ~13 entries a row tile, causal 25 / 50 % mostly
+    # heavy tiles, where the zero CTAs' spread must cost nothing
+    cfg="1,16384,16,64|0.03,0.1,negl:0.5;1,16384,16,64 --causal|0.03,0.1,0.25,0.5"
+    NEW_LIB=build/ab/new.so OUT=$OUT/t64 bash dev/cuda/lib_timeline_ab.sh la=build/ab/la.so "$cfg" x 2
+    grep span "$OUT/t64/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
+    if [ -f build/ab/cnt.so ]; then
+        for c in "--keeps 0.03,negl:0.5" "--causal --keeps 0.03,0.5"; do
+            keeps=${c##*--keeps }
+            for keep in ${keeps//,/ }; do
+                echo "== 1,16384,16,64 ${c%%--keeps*}keep $keep"
+                BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so python3 dev/cuda/bwd_call_timeline.py \
+                    --shape 1,16384,16,64 ${c%%--keeps*} --keeps "$keep" --calls 2 2>&1 |
+                    grep "bl zero CTAs" | sort | uniq -c
+            done
+        done > "$OUT/zero-counts64.txt" 2>&1 || true
+        cat "$OUT/zero-counts64.txt"
     fi
     ;;
 bench)
