@@ -44,6 +44,23 @@ unpack() {
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 }
 
+# The zero CTAs by the kind of zeros they found (unknown: the pick not yet published), from the
+# cnt build: zero_counts SHAPE FILE "[--causal ]--keeps K,K" ...
+zero_counts() {
+    local shape=$1 file=$2 c keep
+    shift 2
+    [ -f build/ab/cnt.so ] || return 0
+    for c in "$@"; do
+        for keep in $(echo "${c##*--keeps }" | tr , ' '); do
+            echo "== $shape ${c%%--keeps*}keep $keep"
+            BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so python3 dev/cuda/bwd_call_timeline.py \
+                --shape "$shape" ${c%%--keeps*} --keeps "$keep" --calls 2 2>&1 |
+                grep "bl zero CTAs" | sort | uniq -c
+        done
+    done > "$OUT/$file" 2>&1 || true
+    cat "$OUT/$file"
+}
+
 case $step in
 pack)
     rm -rf build/dq16 && mkdir -p build/dq16/base build/dq16/new build/ab build/pack
@@ -95,19 +112,8 @@ time)
     for v in f3k f12k; do [ -f build/ab/$v.so ] && others+=",$v=build/ab/$v.so"; done
     NEW_LIB=build/ab/new.so OUT=$OUT bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2
     grep span "$OUT/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
-    # the zero CTAs by the kind of zeros they found (unknown: the pick not yet published)
-    if [ -f build/ab/cnt.so ]; then
-        for c in "--keeps 0.03,0.1,negl:0.5" "--causal --keeps 0.03,0.1,0.25,0.5"; do
-            keeps=${c##*--keeps }
-            for keep in ${keeps//,/ }; do
-                echo "== 1,16384,16,128 ${c%%--keeps*}keep $keep"
-                BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so python3 dev/cuda/bwd_call_timeline.py \
-                    --shape 1,16384,16,128 ${c%%--keeps*} --keeps "$keep" --calls 2 2>&1 |
-                    grep "bl zero CTAs" | sort | uniq -c
-            done
-        done > "$OUT/zero-counts.txt" 2>&1 || true
-        cat "$OUT/zero-counts.txt"
-    fi
+    zero_counts 1,16384,16,128 zero-counts.txt "--keeps 0.03,0.1,negl:0.5" \
+        "--causal --keeps 0.03,0.1,0.25,0.5"
     ;;
 time64)
     unpack
@@ -117,18 +123,7 @@ time64)
     cfg="1,16384,16,64|0.03,0.1,negl:0.5;1,16384,16,64 --causal|0.03,0.1,0.25,0.5"
     NEW_LIB=build/ab/new.so OUT=$OUT/t64 bash dev/cuda/lib_timeline_ab.sh la=build/ab/la.so "$cfg" x 2
     grep span "$OUT/t64/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
-    if [ -f build/ab/cnt.so ]; then
-        for c in "--keeps 0.03,negl:0.5" "--causal --keeps 0.03,0.5"; do
-            keeps=${c##*--keeps }
-            for keep in ${keeps//,/ }; do
-                echo "== 1,16384,16,64 ${c%%--keeps*}keep $keep"
-                BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so python3 dev/cuda/bwd_call_timeline.py \
-                    --shape 1,16384,16,64 ${c%%--keeps*} --keeps "$keep" --calls 2 2>&1 |
-                    grep "bl zero CTAs" | sort | uniq -c
-            done
-        done > "$OUT/zero-counts64.txt" 2>&1 || true
-        cat "$OUT/zero-counts64.txt"
-    fi
+    zero_counts 1,16384,16,64 zero-counts64.txt "--keeps 0.03,negl:0.5" "--causal --keeps 0.03,0.5"
     ;;
 bench)
     unpack
