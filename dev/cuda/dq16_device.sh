@@ -88,18 +88,22 @@ check)
     for p in "${PATCHES[@]}"; do  # the patches' tests (this copy of the tree only)
         git apply --include='tests/*' "$p"
     done
-    BACK_LITE_LIBRARY=$PWD/build/ab/new.so python3 -m pytest -q tests/gpu -p no:cacheprovider \
-        > "$OUT/new-gpu-pytest.txt" 2>&1 || true
+    # Each command under a time limit (tests/gpu took 65 s in s98, the whole step ~115 s; 590 s
+    # in all, under the device call's 600): a kernel that hangs then costs its own step, and
+    # what the others wrote to $OUT still comes back.
+    BACK_LITE_LIBRARY=$PWD/build/ab/new.so timeout -k 5 200 \
+        python3 -m pytest -q tests/gpu -p no:cacheprovider > "$OUT/new-gpu-pytest.txt" 2>&1 || true
     tail -3 "$OUT/new-gpu-pytest.txt"
     for n in la new; do
-        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so python3 dev/cuda/dq16_probe_check.py \
+        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 60 python3 dev/cuda/dq16_probe_check.py \
             --direct-max 16.5 > "$OUT/check-$n.txt" 2>&1 || true
         tail -1 "$OUT/check-$n.txt"
     done
-    for tool in memcheck racecheck; do
-        BACK_LITE_LIBRARY=$PWD/build/ab/new.so compute-sanitizer --tool $tool \
-            python3 dev/cuda/pool_sanitize.py --cases 1,2,4,6,7,9 > "$OUT/new-$tool.txt" 2>&1 || true
-        tail -2 "$OUT/new-$tool.txt"
+    for tool in memcheck:120 racecheck:150; do
+        BACK_LITE_LIBRARY=$PWD/build/ab/new.so timeout -k 5 "${tool#*:}" \
+            compute-sanitizer --tool "${tool%:*}" \
+            python3 dev/cuda/pool_sanitize.py --cases 1,2,4,6,7,9 > "$OUT/new-${tool%:*}.txt" 2>&1 || true
+        tail -2 "$OUT/new-${tool%:*}.txt"
     done
     ;;
 time)
