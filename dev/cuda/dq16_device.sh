@@ -53,7 +53,8 @@ zero_counts() {
     for c in "$@"; do
         for keep in $(echo "${c##*--keeps }" | tr , ' '); do
             echo "== $shape ${c%%--keeps*}keep $keep"
-            BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so python3 dev/cuda/bwd_call_timeline.py \
+            BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so timeout -k 5 25 \
+                python3 dev/cuda/bwd_call_timeline.py \
                 --shape "$shape" ${c%%--keeps*} --keeps "$keep" --calls 2 2>&1 |
                 grep "bl zero CTAs" | sort | uniq -c
         done
@@ -114,7 +115,9 @@ time)
     cfg="1,16384,16,128|0.03,0.1,negl:0.5;1,16384,16,128 --causal|0.03,0.1,0.25,0.5"
     others=la=build/ab/la.so
     for v in f3k f12k; do [ -f build/ab/$v.so ] && others+=",$v=build/ab/$v.so"; done
-    NEW_LIB=build/ab/new.so OUT=$OUT bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2
+    # (time limits as in check: the counts below still run if a library hangs here)
+    NEW_LIB=build/ab/new.so OUT=$OUT timeout -k 5 380 \
+        bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2 || true
     grep span "$OUT/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
     zero_counts 1,16384,16,128 zero-counts.txt "--keeps 0.03,0.1,negl:0.5" \
         "--causal --keeps 0.03,0.1,0.25,0.5"
@@ -125,14 +128,15 @@ time64)
     # keep (no device pick); 10 % non-causal is ~13 entries a row tile, causal 25 / 50 % mostly
     # heavy tiles, where the zero CTAs' spread must cost nothing
     cfg="1,16384,16,64|0.03,0.1,negl:0.5;1,16384,16,64 --causal|0.03,0.1,0.25,0.5"
-    NEW_LIB=build/ab/new.so OUT=$OUT/t64 bash dev/cuda/lib_timeline_ab.sh la=build/ab/la.so "$cfg" x 2
+    NEW_LIB=build/ab/new.so OUT=$OUT/t64 timeout -k 5 380 \
+        bash dev/cuda/lib_timeline_ab.sh la=build/ab/la.so "$cfg" x 2 || true
     grep span "$OUT/t64/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
     zero_counts 1,16384,16,64 zero-counts64.txt "--keeps 0.03,negl:0.5" "--causal --keeps 0.03,0.5"
     ;;
 bench)
     unpack
     for n in la new; do
-        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so python3 bench/bench_attn.py --no-flex \
+        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 285 python3 bench/bench_attn.py --no-flex \
             --out "$OUT/bench-$n.json" > "$OUT/bench-$n.txt" 2>&1 || true
         tail -4 "$OUT/bench-$n.txt"
     done
