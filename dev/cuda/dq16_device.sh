@@ -2,24 +2,26 @@
 # dq16_device.sh -- dev/cuda/wip/bwd-dq16-light-tiles.patch (version 10's DIRECT form with 16-bit
 # dq for its light row tiles, bl_bwd_dq16_tile, and the preprocess's zero CTAs) and on top of it
 # bwd-dq16-light-tiles-hd64.patch (the same for version 6, head dim 64) against the library they
-# apply to, checked and timed in device calls.
+# apply to, checked and timed in device calls; with the default patches also `pick`, the two and
+# bwd-dq16-light-tiles-hd64-picked.patch (version 6's 16-bit form only where the device picks it).
 #
-# Here (no GPU needed; ~7 min on 2 cores): the libraries, packed for one carry (~12 MB):
+# Here (no GPU needed; ~4-5 min on 2 cores): the libraries, packed for one carry (~15 MB):
 #   bash dev/cuda/dq16_device.sh pack [PATCH...]  # la = HEAD's library, new = HEAD + the
 #                                                 # patches in order (default the two above;
 #                                                 # -v1.patch alone: the first form), and with
 #                                                 # their dev switches f3k / f12k (the first zero
 #                                                 # CTA after 3072 / 12288 row CTAs) and cnt (the
-#                                                 # zero CTAs counted by kind)
+#                                                 # zero CTAs counted by kind); and pick
 # On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
 #   bash dev/cuda/dq16_device.sh check [PATCH...] # tests/gpu with the patches' tests on new;
-#                                                 # dq16_probe_check on both; memcheck and
+#                                                 # dq16_probe_check on la and new; memcheck and
 #                                                 # racecheck on new (pool_sanitize cases 1, 2, 4,
-#                                                 # 6, 7, 9: head dim 128 and 64, masked)
+#                                                 # 6, 7, 9: head dim 128 and 64, masked);
+#                                                 # LIB=pick: the same on pick
 #   bash dev/cuda/dq16_device.sh time             # timelines at 16k x 16 x 128, causal and not, 2
 #                                                 # rounds, la / new / f3k / f12k; cnt's counts
-#   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new
-#   bash dev/cuda/dq16_device.sh bench            # bench/bench_attn.py --no-flex on la and new
+#   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new / pick
+#   bash dev/cuda/dq16_device.sh bench            # bench/bench_attn.py --no-flex on la, new, pick
 # Results go to $OUT (default out/). Measured this way: bench/results/bwd-s98-dq16.txt (v1;
 # la and new only, check and time).
 set -euo pipefail
@@ -28,8 +30,12 @@ OUT=${OUT:-out}
 step=${1:?usage: dq16_device.sh pack|check|time|time64|bench [PATCH...]}
 shift
 PATCHES=("$@")
-[ ${#PATCHES[@]} -gt 0 ] ||
+PICK_PATCH=
+if [ ${#PATCHES[@]} -eq 0 ]; then
     PATCHES=(dev/cuda/wip/bwd-dq16-light-tiles.patch dev/cuda/wip/bwd-dq16-light-tiles-hd64.patch)
+    PICK_PATCH=dev/cuda/wip/bwd-dq16-light-tiles-hd64-picked.patch
+fi
+LIB=${LIB:-new}  # the library `check` tests
 
 build_lib() {  # NAME TREE [CUDA_FLAGS]: TREE's library (release flags) into build/ab/NAME.so
     local args=(-S "$2" -B "$2/b" -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF)
@@ -70,9 +76,17 @@ pack)
     for p in "${PATCHES[@]}"; do
         git apply --directory=build/dq16/new --include='build/dq16/new/src/*' "$p"
     done
+    if [ -n "$PICK_PATCH" ]; then  # (copied before new's build: no build tree in it)
+        cp -r build/dq16/new build/dq16/pick
+        git apply --directory=build/dq16/pick --include='build/dq16/pick/src/*' "$PICK_PATCH"
+    fi
     build_lib la build/dq16/base
     build_lib new build/dq16/new
     libs=(la.so new.so)
+    if [ -n "$PICK_PATCH" ]; then
+        build_lib pick build/dq16/pick
+        libs+=(pick.so)
+    fi
     if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # (not in the -v1 patch)
         for v in f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288 \
                  cnt:-DBL_PP_ZERO_COUNTS; do
@@ -89,22 +103,23 @@ check)
     for p in "${PATCHES[@]}"; do  # the patches' tests (this copy of the tree only)
         git apply --include='tests/*' "$p"
     done
-    # Each command under a time limit (tests/gpu took 65 s in s98, the whole step ~115 s; 590 s
-    # in all, under the device call's 600): a kernel that hangs then costs its own step, and
-    # what the others wrote to $OUT still comes back.
-    BACK_LITE_LIBRARY=$PWD/build/ab/new.so timeout -k 5 200 \
-        python3 -m pytest -q tests/gpu -p no:cacheprovider > "$OUT/new-gpu-pytest.txt" 2>&1 || true
-    tail -3 "$OUT/new-gpu-pytest.txt"
-    for n in la new; do
-        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 60 python3 dev/cuda/dq16_probe_check.py \
+    # Each command under a time limit (tests/gpu took 65 s in s98, the whole step ~115 s; 580 s
+    # in all, under the device call's 600; racecheck the most, case 9's 2520 columns being new to
+    # it here): a kernel that hangs then costs its own step, and what the others wrote to $OUT
+    # still comes back.
+    BACK_LITE_LIBRARY=$PWD/build/ab/$LIB.so timeout -k 5 160 \
+        python3 -m pytest -q tests/gpu -p no:cacheprovider > "$OUT/$LIB-gpu-pytest.txt" 2>&1 || true
+    tail -3 "$OUT/$LIB-gpu-pytest.txt"
+    for n in la $LIB; do
+        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 45 python3 dev/cuda/dq16_probe_check.py \
             --direct-max 16.5 > "$OUT/check-$n.txt" 2>&1 || true
         tail -1 "$OUT/check-$n.txt"
     done
-    for tool in memcheck:120 racecheck:150; do
-        BACK_LITE_LIBRARY=$PWD/build/ab/new.so timeout -k 5 "${tool#*:}" \
+    for tool in memcheck:90 racecheck:240; do
+        BACK_LITE_LIBRARY=$PWD/build/ab/$LIB.so timeout -k 5 "${tool#*:}" \
             compute-sanitizer --tool "${tool%:*}" \
-            python3 dev/cuda/pool_sanitize.py --cases 1,2,4,6,7,9 > "$OUT/new-${tool%:*}.txt" 2>&1 || true
-        tail -2 "$OUT/new-${tool%:*}.txt"
+            python3 dev/cuda/pool_sanitize.py --cases 1,2,4,6,7,9 > "$OUT/$LIB-${tool%:*}.txt" 2>&1 || true
+        tail -2 "$OUT/$LIB-${tool%:*}.txt"
     done
     ;;
 time)
@@ -128,15 +143,18 @@ time64)
     # keep (no device pick); 10 % non-causal is ~13 entries a row tile, causal 25 / 50 % mostly
     # heavy tiles, where the zero CTAs' spread must cost nothing
     cfg="1,16384,16,64|0.03,0.1,negl:0.5;1,16384,16,64 --causal|0.03,0.1,0.25,0.5"
+    others=la=build/ab/la.so
+    [ -f build/ab/pick.so ] && others+=",pick=build/ab/pick.so"
     NEW_LIB=build/ab/new.so OUT=$OUT/t64 timeout -k 5 380 \
-        bash dev/cuda/lib_timeline_ab.sh la=build/ab/la.so "$cfg" x 2 || true
+        bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2 || true
     grep span "$OUT/t64/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
     zero_counts 1,16384,16,64 zero-counts64.txt "--keeps 0.03,negl:0.5" "--causal --keeps 0.03,0.5"
     ;;
 bench)
     unpack
-    for n in la new; do
-        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 285 python3 bench/bench_attn.py --no-flex \
+    for n in la new pick; do  # (~135 s each in s98)
+        [ -f build/ab/$n.so ] || continue
+        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 190 python3 bench/bench_attn.py --no-flex \
             --out "$OUT/bench-$n.json" > "$OUT/bench-$n.txt" 2>&1 || true
         tail -4 "$OUT/bench-$n.txt"
     done
