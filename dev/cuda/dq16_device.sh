@@ -111,11 +111,11 @@ check)
         python3 -m pytest -q tests/gpu -p no:cacheprovider > "$OUT/$LIB-gpu-pytest.txt" 2>&1 || true
     tail -3 "$OUT/$LIB-gpu-pytest.txt"
     for n in la $LIB; do
-        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 45 python3 dev/cuda/dq16_probe_check.py \
+        BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 60 python3 dev/cuda/dq16_probe_check.py \
             --direct-max 16.5 > "$OUT/check-$n.txt" 2>&1 || true
         tail -1 "$OUT/check-$n.txt"
     done
-    for tool in memcheck:90 racecheck:240; do
+    for tool in memcheck:90 racecheck:210; do
         BACK_LITE_LIBRARY=$PWD/build/ab/$LIB.so timeout -k 5 "${tool#*:}" \
             compute-sanitizer --tool "${tool%:*}" \
             python3 dev/cuda/pool_sanitize.py --cases 1,2,4,6,7,9 > "$OUT/$LIB-${tool%:*}.txt" 2>&1 || true

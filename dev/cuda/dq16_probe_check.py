@@ -1,6 +1,8 @@
 """Masked backward gradients on the device against the float64 reference, around version 10's
 DIRECT form and its 16-bit dq (BACK_LITE_LIBRARY picks the library: the shipped one, or a build of
-dev/cuda/wip/bwd-dq16-light-tiles.patch; written for the ninety-seventh session's dQ16 probe).
+dev/cuda/wip/bwd-dq16-light-tiles.patch; written for the ninety-seventh session's dQ16 probe), and
+at head dim 64 around version 6's (bwd-dq16-light-tiles-hd64.patch: light row tiles in 16-bit on
+every masked call; -picked.patch: where the entries average <= 16.5, as `direct` says).
 
 For each (shape, causal, dtype, keep): a random tile mask keeping each tile with probability
 keep, the masked backward, and dq / dk / dv against tests/reference.py's float64 backward over the
@@ -35,7 +37,11 @@ DIRECT_MAX_ENTRIES = 4.5  # bwd_common.cuh: BL_DQ_DIRECT_MAX_ENTRIES_X2 / 2
 CASES = [((1, 4096, 8, 8, 128), False, (0.03, 0.1, 0.13, 0.5)),
          ((1, 4096, 8, 8, 128), True, (0.05, 0.2, 0.26, 0.5)),
          ((2, 2000, 8, 2, 128), False, (0.1, 0.14)),
-         ((1, 3000, 4, 4, 128), True, (0.1, 0.25))]
+         ((1, 3000, 4, 4, 128), True, (0.1, 0.25)),
+         # head dim 64 (the same 32 key tiles a row tile): light tiles only, about a quarter
+         # heavy (0.45: 14.4 entries), most heavy (0.6: 19.2, past the gate)
+         ((1, 4096, 8, 8, 64), False, (0.03, 0.1, 0.45, 0.6)),
+         ((1, 4096, 8, 8, 64), True, (0.05, 0.3, 0.6))]
 SMALL_CASES = [((1, 520, 2, 1, 64), False, (0.2, 0.6)), ((1, 520, 2, 2, 64), True, (0.3,))]
 
 
