@@ -20,7 +20,8 @@
 #                                                 # LIB=pick: the same on pick
 #   bash dev/cuda/dq16_device.sh time             # timelines at 16k x 16 x 128, causal and not, 2
 #                                                 # rounds, la / new / f3k / f12k; cnt's counts
-#   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new / pick
+#   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new / pick;
+#                                                 # dev/cuda/return_ctas_probe.cu
 #   bash dev/cuda/dq16_device.sh bench            # bench/bench_attn.py --no-flex on la, new, pick
 # Results go to $OUT (default out/). Measured this way: bench/results/bwd-s98-dq16.txt (v1;
 # la and new only, check and time).
@@ -149,6 +150,13 @@ time64)
         bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2 || true
     grep span "$OUT/t64/timelines-offsets.txt" | sort -k3,3 -k4,5 | cut -c1-175 || true
     zero_counts 1,16384,16,64 zero-counts64.txt "--keeps 0.03,negl:0.5" "--causal --keeps 0.03,0.5"
+    # what returning CTAs of version 6's launch shape cost a grid (a picked persistent version 6
+    # would launch beside a form that returns; bench/notes-bwd.md s99 item 5), ~20 s with the build
+    mkdir -p build/probe
+    { nvcc -O2 -gencode=arch=compute_90a,code=sm_90a -std=c++17 -o build/probe/return_ctas_probe \
+        dev/cuda/return_ctas_probe.cu && timeout -k 5 60 build/probe/return_ctas_probe; } \
+        > "$OUT/return-ctas.txt" 2>&1 || true
+    cat "$OUT/return-ctas.txt"
     ;;
 bench)
     unpack
