@@ -12,14 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                   \
-    do {                                                                           \
-        cudaError_t e_ = (x);                                                      \
-        if (e_ != cudaSuccess) {                                                   \
-            std::printf("%s: %s\n", #x, cudaGetErrorString(e_));                   \
-            std::exit(1);                                                          \
-        }                                                                          \
-    } while (0)
+#include "probe_check.cuh"  // CHECK
 
 __global__ void big_smem_kernel(float *out) {
     extern __shared__ float s[];

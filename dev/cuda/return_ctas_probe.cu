@@ -19,14 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                   \
-    do {                                                                           \
-        cudaError_t e_ = (x);                                                      \
-        if (e_ != cudaSuccess) {                                                   \
-            std::printf("%s: %s\n", #x, cudaGetErrorString(e_));                   \
-            std::exit(1);                                                          \
-        }                                                                          \
-    } while (0)
+#include "probe_check.cuh"  // CHECK
 
 constexpr int THREADS = 384;                  // bwd_ws64_kernel's WS_THREADS
 constexpr int BIG_SMEM = 196 * 1024;          // ~wg64p_smem::BYTES: one CTA an SM
