@@ -22,6 +22,7 @@ can test `W.numel() == 0` and fake tensors need no data-dependent shape.
 """
 import contextlib
 import ctypes
+import warnings
 from typing import Optional
 
 import torch
@@ -151,8 +152,34 @@ def _launch_forward(q, k, v, scale, causal, out, lse, tile_mass) -> None:
         _lib.check(status, "bl_forward")
 
 
+# What makes the CUDA backward nondeterministic, for torch.use_deterministic_algorithms.
+_NONDETERMINISTIC_BACKWARD = (
+    "BackLite's CUDA backward has no deterministic implementation of dq: it is summed by fp32 "
+    "reduce-adds from the CTAs of many key tiles in the order they finish, so it may differ "
+    "between calls by rounding (out, lse, W, dk and dv do not; the CPU backend is deterministic)")
+
+
+def alert_nondeterministic_backward(device: torch.device) -> None:
+    """Honours torch.use_deterministic_algorithms as PyTorch's own nondeterministic kernels do:
+    a backward on `device` raises RuntimeError where determinism is required, and warns where it
+    is required with warn_only=True. Only CUDA's dq is nondeterministic (README,
+    Reproducibility). Called before any launch, so a refused call writes nothing."""
+    if device.type != "cuda" or not torch.are_deterministic_algorithms_enabled():
+        return
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(f"{_NONDETERMINISTIC_BACKWARD}; it runs because "
+                      "torch.use_deterministic_algorithms(True, warn_only=True) is set.",
+                      UserWarning, stacklevel=2)
+        return
+    raise RuntimeError(f"{_NONDETERMINISTIC_BACKWARD}, but torch.use_deterministic_algorithms"
+                       "(True) is set. Use torch.use_deterministic_algorithms(True, "
+                       "warn_only=True) to run it anyway, or turn determinism off around the "
+                       "backward.")
+
+
 def _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
                      dq, dk, dv) -> None:
+    alert_nondeterministic_backward(q.device)
     desc = _desc(q, k, scale, causal)
     uses_stats = mask is None and negl_prob > 0.0
     if not uses_stats:

@@ -4,6 +4,7 @@ Exact gradient comparisons use the explicit-mask path (the mask is known on both
 GPU's own selection from W is compared with the reference selection except at near-threshold
 ties; larger shapes (S = 4096, D = 128, GQA) check the scheduling of many tiles."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -620,6 +621,47 @@ def test_gpu_forward_is_reproducible(dtype, head_dim, causal):
         again = back_lite.forward(q, k, v, causal=causal, with_stats=True)
         for name, a, b in zip(("out", "lse", "W"), again, first):
             assert torch.equal(a, b), name
+
+
+def test_gpu_backward_honours_deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True): the forward runs silently (its outputs are
+    deterministic); every backward path (autograd, the op, caller-owned dq / dk / dv) raises
+    before it launches, so given buffers keep their contents; with warn_only=True it warns and
+    gives the unflagged call's gradients (dk, dv bit for bit, dq within the reproducibility
+    test's two ulps)."""
+    q, k, v = random_qkv(1, 700, 900, 4, 2, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(q.dtype)
+    out, lse, w = back_lite.forward(q, k, v, causal=True, with_stats=True)
+    free = back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05, causal=True)
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        torch.use_deterministic_algorithms(True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            again = back_lite.forward(q, k, v, causal=True, with_stats=True)
+        assert all(torch.equal(a, b) for a, b in zip(again, (out, lse, w)))
+        qg = q.clone().requires_grad_()
+        with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
+            back_lite.BackLite(negl_prob=0.05)(qg, k, v, causal=True).backward(dout)
+        assert qg.grad is None
+        with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
+            back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05, causal=True)
+        given = tuple(torch.full_like(t, 7.0) for t in (q, k, v))
+        with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
+            back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05,
+                               causal=True, dq=given[0], dk=given[1], dv=given[2])
+        torch.cuda.synchronize()
+        assert all(bool((t == 7.0).all()) for t in given)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with pytest.warns(UserWarning, match="no deterministic implementation of dq"):
+            warned = back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05,
+                                        causal=True)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    assert torch.equal(warned[1], free[1]) and torch.equal(warned[2], free[2])
+    eps = torch.finfo(q.dtype).eps
+    torch.testing.assert_close(warned[0], free[0], rtol=2 * eps, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
