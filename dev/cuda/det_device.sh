@@ -4,17 +4,32 @@
 #
 # Here (no GPU needed; ~4 min on 2 cores): HEAD + the patch's library, packed for one carry:
 #   bash dev/cuda/det_device.sh pack              # build/pack/det.tar.xz (det.so, ~5 MB)
-# On the device (carry ["build/pack/det.tar.xz"]), ~5 minutes, each command under a time limit:
+# On the device (carry ["build/pack/det.tar.xz"]), two calls of at most 8 and 3 minutes (each
+# command under a time limit, each call under the 600 s limit):
 #   bash dev/cuda/det_device.sh check             # the patch applied to this copy of the tree
 #                                                 # (its Python is ABI 2, as det.so); tests/gpu;
 #                                                 # memcheck / racecheck on pool_sanitize
-#                                                 # --deterministic; det_backward_ab.py
+#                                                 # --deterministic (both head dims, split too)
+#   bash dev/cuda/det_device.sh time              # det_backward_ab.py: the two forms' times
 # Results go to $OUT (default out/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 PATCH=dev/cuda/wip/bwd-deterministic.patch
-step=${1:?usage: det_device.sh pack|check}
+step=${1:?usage: det_device.sh pack|check|time}
+
+unpack() {  # the library, and the patch's Python side and tests in this copy of the tree
+    mkdir -p "$OUT" build/det && tar -xJf build/pack/det.tar.xz -C build/det
+    # (not the docs, which later commits may have moved). A later call may find it applied, or
+    # the tracked files copied afresh beside the file the patch added.
+    local x=(--exclude='*.md' "$PATCH")
+    if ! git apply --reverse --check "${x[@]}" 2>/dev/null; then
+        rm -f dev/cuda/det_backward_ab.py
+        git apply "${x[@]}"
+    fi
+    export PYTHONPATH=$PWD BACK_LITE_LIBRARY=$PWD/build/det/det.so
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+}
 
 case $step in
 pack)
@@ -30,21 +45,22 @@ pack)
     ls -la build/pack/det.tar.xz
     ;;
 check)
-    mkdir -p "$OUT" build/det && tar -xJf build/pack/det.tar.xz -C build/det
-    # (this copy only: the Python side and the tests of ABI 2; not the docs, which later commits
-    # may have moved)
-    git apply --exclude='*.md' "$PATCH"
-    export PYTHONPATH=$PWD BACK_LITE_LIBRARY=$PWD/build/det/det.so
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
-    timeout -k 5 200 python3 -m pytest -q tests/gpu -p no:cacheprovider \
+    unpack
+    # (tests/gpu took 65 s in s98; the patch adds 73 small tests and one of 3.3M keys)
+    timeout -k 5 260 python3 -m pytest -q tests/gpu -p no:cacheprovider \
         > "$OUT/det-gpu-pytest.txt" 2>&1 || true
     tail -3 "$OUT/det-gpu-pytest.txt"
-    for tool in memcheck:60 racecheck:120; do
-        timeout -k 5 "${tool#*:}" compute-sanitizer --tool "${tool%:*}" \
-            python3 dev/cuda/pool_sanitize.py --deterministic > "$OUT/det-${tool%:*}.txt" 2>&1 || true
-        tail -2 "$OUT/det-${tool%:*}.txt"
+    # head dim 128 masked and selected, 64 masked, split calls at both (pool_sanitize's CASES)
+    for tool in memcheck:100:1,2,4,7,8 racecheck:120:2,4; do
+        IFS=: read -r name limit cases <<< "$tool"
+        timeout -k 5 "$limit" compute-sanitizer --tool "$name" python3 dev/cuda/pool_sanitize.py \
+            --deterministic --cases "$cases" > "$OUT/det-$name.txt" 2>&1 || true
+        tail -2 "$OUT/det-$name.txt"
     done
-    timeout -k 5 150 python3 dev/cuda/det_backward_ab.py > "$OUT/det-ab.txt" 2>&1 || true
+    ;;
+time)
+    unpack
+    timeout -k 5 170 python3 dev/cuda/det_backward_ab.py > "$OUT/det-ab.txt" 2>&1 || true
     cat "$OUT/det-ab.txt"
     ;;
 *)
