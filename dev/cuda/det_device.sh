@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# det_device.sh -- dev/cuda/wip/bwd-deterministic.patch (a deterministic head-dim-128 CUDA backward
-# for torch.use_deterministic_algorithms) checked and timed in one device call.
+# det_device.sh -- dev/cuda/wip/bwd-deterministic.patch (a deterministic CUDA backward, head dims
+# 128 and 64, for torch.use_deterministic_algorithms) checked and timed in two device calls.
 #
-# Here (no GPU needed; ~4 min on 2 cores): HEAD + the patch's library, packed for one carry:
-#   bash dev/cuda/det_device.sh pack              # build/pack/det.tar.xz (det.so, ~5 MB)
+# Here (no GPU needed; ~40 s on 2 cores): HEAD + the patch's library, packed for one carry:
+#   bash dev/cuda/det_device.sh pack              # build/pack/det.tar.xz (det.so, ~2.5 MB)
 # On the device (carry ["build/pack/det.tar.xz"]), two calls of at most 8 and 3 minutes (each
 # command under a time limit, each call under the 600 s limit):
 #   bash dev/cuda/det_device.sh check             # the patch applied to this copy of the tree
