@@ -9,45 +9,32 @@ import torch
 
 import back_lite
 from back_lite import ops
+from determinism import deterministic_algorithms
 from inputs import random_qkv
 
 
-@pytest.fixture
-def determinism():
-    """Sets torch's determinism mode for one test: determinism(on, warn_only=False); restores
-    the caller's mode after."""
-    before = (torch.are_deterministic_algorithms_enabled(),
-              torch.is_deterministic_algorithms_warn_only_enabled())
-
-    def set_mode(on, warn_only=False):
-        torch.use_deterministic_algorithms(on, warn_only=warn_only)
-
-    yield set_mode
-    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-
-
-def test_cuda_backward_is_refused_where_determinism_is_required(determinism):
-    determinism(True)
-    with pytest.raises(RuntimeError, match=r"dq.*use_deterministic_algorithms\(True\)"):
+def test_cuda_backward_is_refused_where_determinism_is_required():
+    with deterministic_algorithms(), \
+            pytest.raises(RuntimeError, match=r"dq.*use_deterministic_algorithms\(True\)"):
         ops.alert_nondeterministic_backward(torch.device("cuda", 0))
 
 
-def test_cuda_backward_warns_under_warn_only(determinism):
-    determinism(True, warn_only=True)
-    with pytest.warns(UserWarning, match=r"no deterministic implementation of dq.*warn_only"):
+def test_cuda_backward_warns_under_warn_only():
+    with deterministic_algorithms(warn_only=True), \
+            pytest.warns(UserWarning, match=r"no deterministic implementation of dq.*warn_only"):
         ops.alert_nondeterministic_backward(torch.device("cuda"))
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_no_alert_without_determinism_or_on_the_cpu(determinism, device):
-    determinism(device == "cpu")  # the CPU is checked with determinism on, CUDA with it off
-    with warnings.catch_warnings():
+def test_no_alert_without_determinism_or_on_the_cpu(device):
+    # the CPU is checked with determinism on, CUDA with it off
+    with deterministic_algorithms(device == "cpu"), warnings.catch_warnings():
         warnings.simplefilter("error")
         ops.alert_nondeterministic_backward(torch.device(device))
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_cpu_backward_runs_silently_under_determinism(determinism, causal):
+def test_cpu_backward_runs_silently_under_determinism(causal):
     """Every CPU path (autograd, the op, the explicit-mask op) runs with determinism required
     and gives the same bits as without it."""
     q, k, v = random_qkv(1, 150, 200, 4, 2, 64, torch.bfloat16)
@@ -65,8 +52,7 @@ def test_cpu_backward_runs_silently_under_determinism(determinism, causal):
         return (*auto, *sparse, *masked)
 
     free = grads()
-    determinism(True)
-    with warnings.catch_warnings():
+    with deterministic_algorithms(), warnings.catch_warnings():
         warnings.simplefilter("error")
         required = grads()
     for a, b in zip(required, free):

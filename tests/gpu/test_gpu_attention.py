@@ -13,6 +13,7 @@ import back_lite
 import reference as ref
 from back_lite import workspace_pool
 from cuda_required import skip_module_without_cuda_backend
+from determinism import deterministic_algorithms
 from inputs import local_qkv, random_qkv
 
 skip_module_without_cuda_backend()
@@ -633,10 +634,7 @@ def test_gpu_backward_honours_deterministic_algorithms():
     dout = torch.randn(q.shape, device=DEV).to(q.dtype)
     out, lse, w = back_lite.forward(q, k, v, causal=True, with_stats=True)
     free = back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05, causal=True)
-    before = (torch.are_deterministic_algorithms_enabled(),
-              torch.is_deterministic_algorithms_warn_only_enabled())
-    try:
-        torch.use_deterministic_algorithms(True)
+    with deterministic_algorithms():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             again = back_lite.forward(q, k, v, causal=True, with_stats=True)
@@ -653,12 +651,10 @@ def test_gpu_backward_honours_deterministic_algorithms():
                                causal=True, dq=given[0], dk=given[1], dv=given[2])
         torch.cuda.synchronize()
         assert all(bool((t == 7.0).all()) for t in given)
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    with deterministic_algorithms(warn_only=True):
         with pytest.warns(UserWarning, match="no deterministic implementation of dq"):
             warned = back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05,
                                         causal=True)
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     assert torch.equal(warned[1], free[1]) and torch.equal(warned[2], free[2])
     eps = torch.finfo(q.dtype).eps
     torch.testing.assert_close(warned[0], free[0], rtol=2 * eps, atol=1e-5)
