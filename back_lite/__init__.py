@@ -9,8 +9,9 @@ Importing this package loads the C library (see back_lite/_lib.py for where it i
 from . import _lib
 from . import ops  # registers the torch.library ops (namespace back_lite)
 from . import functional
-from .functional import (attention, backend_available, backward, backward_sparsity,
-                         computable_tiles, forward, num_tiles, select, tile_shape)
+from .functional import (attention, backend_available, backend_supports, backward,
+                         backward_sparsity, computable_tiles, forward, num_tiles, select,
+                         tile_shape)
 from .module import BackLite
 from .workspace_pool import release as empty_workspace_pool
 from .calibrate import CalibrationResult, calibrate  # also loads back_lite.diagnostics
@@ -24,6 +25,6 @@ library_version = _lib.version_string()
 library_path = _lib.path
 
 __all__ = ["BackLite", "attention", "forward", "backward", "select", "tile_shape", "num_tiles",
-           "backend_available", "computable_tiles", "backward_sparsity", "empty_workspace_pool",
+           "backend_available", "backend_supports", "computable_tiles", "backward_sparsity", "empty_workspace_pool",
            "functional", "ops",
            "version", "library_version", "library_path"]

@@ -12,11 +12,11 @@ import numbers
 
 import torch
 
-from . import ops
+from . import _lib, ops
 
-# Largest head dim of the API (BL_MAX_HEAD_DIM in include/backlite.h); which head dims a backend
-# implements is the backend's to say (it reports BL_ERR_UNSUPPORTED -> NotImplementedError).
-MAX_HEAD_DIM = 256
+# Largest head dim of the API; which head dims a backend implements is the backend's to say (it
+# reports BL_ERR_UNSUPPORTED -> NotImplementedError; back_lite.backend_supports asks beforehand).
+MAX_HEAD_DIM = _lib.BL_MAX_HEAD_DIM
 
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 _CPU_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

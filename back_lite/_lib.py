@@ -40,6 +40,9 @@ BL_DTYPE_BF16 = 2
 BL_BACKEND_CPU = 0
 BL_BACKEND_CUDA = 1
 
+# Largest head dim of the API (BL_MAX_HEAD_DIM in include/backlite.h)
+BL_MAX_HEAD_DIM = 256
+
 # bl_op
 BL_OP_FORWARD = 0
 BL_OP_BACKWARD = 1
@@ -100,6 +103,8 @@ _SIGNATURES = {
     "bl_status_string": (ctypes.c_char_p, [ctypes.c_int]),
     "bl_last_error": (ctypes.c_char_p, []),
     "bl_backend_available": (ctypes.c_int, [ctypes.c_int]),
+    # backend, dtype, head_dim
+    "bl_supports": (_STATUS, [ctypes.c_int, ctypes.c_int, ctypes.c_int64]),
     "bl_tile_shape": (_STATUS, [ctypes.c_int, ctypes.POINTER(ctypes.c_int),
                                 ctypes.POINTER(ctypes.c_int)]),
     "bl_num_tiles": (_STATUS, [_P_DESC, ctypes.POINTER(ctypes.c_int64),
@@ -231,6 +236,29 @@ _TILE_SHAPES = {backend: _query_tile_shape(backend)
 def tile_shape(backend: int) -> tuple[int, int]:
     """(TM, TN) of a backend (bl_tile_shape)."""
     return _TILE_SHAPES[backend]
+
+
+def _query_support(backend: int, dtype: int, head_dim: int) -> str | None:
+    status = lib.bl_supports(backend, dtype, head_dim)
+    return None if status == BL_OK else last_error()  # "bl_supports: <the reason>"
+
+
+# Queried once at import, like the tile shapes (so that code torch.compile traces can ask): for
+# every backend, dtype and valid head dim, None where the backend computes it, else the library's
+# reason. Cheap: 768 calls that only compare numbers.
+_SUPPORT = {(backend, dtype, head_dim): _query_support(backend, dtype, head_dim)
+            for backend in (BL_BACKEND_CPU, BL_BACKEND_CUDA)
+            for dtype in (BL_DTYPE_F32, BL_DTYPE_F16, BL_DTYPE_BF16)
+            for head_dim in range(2, BL_MAX_HEAD_DIM + 1, 2)}
+
+
+def unsupported_reason(backend: int, dtype: int, head_dim: int) -> str | None:
+    """None if `backend` computes attention in `dtype` at `head_dim` (bl_supports), else why not.
+    Says nothing about whether the backend is usable on this machine (backend_available)."""
+    key = (backend, dtype, head_dim)
+    if key in _SUPPORT:
+        return _SUPPORT[key]
+    return _query_support(backend, dtype, head_dim)  # a value no backend takes: the library's words
 
 
 def workspace_size(desc: BlAttnDesc, op: int, with_stats: bool) -> int:

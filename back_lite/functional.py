@@ -36,6 +36,28 @@ def backend_available(device: torch.device | str) -> bool:
     return _lib.backend_available(ops.backend_of(torch.device(device)))
 
 
+def unsupported_reason(device: torch.device | str, dtype: torch.dtype,
+                       head_dim: int) -> Optional[str]:
+    """None if the backend for `device` computes attention on q, k, v of `dtype` with head dim
+    `head_dim`, else why not, in the library's words. CPU: fp32 / fp16 / bf16 at every even head
+    dim up to 256; CUDA: bf16 / fp16 at head dims 64 and 128. Whether the backend is usable on
+    this machine is backend_available's to say. Traceable by torch.compile (no library call for
+    valid head dims: their answers are read at import)."""
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        return f"BackLite has no backend for tensors on {device} (cpu or cuda only)"
+    if dtype not in ops.BL_DTYPES:
+        return (f"dtype {dtype} is not supported (BackLite takes torch.float32, torch.float16 "
+                "and torch.bfloat16)")
+    return _lib.unsupported_reason(ops.backend_of(device), ops.BL_DTYPES[dtype], int(head_dim))
+
+
+def backend_supports(device: torch.device | str, dtype: torch.dtype, head_dim: int) -> bool:
+    """True if BackLite's backend for `device` computes attention in `dtype` at head dim
+    `head_dim` (see unsupported_reason for the rule and for why not)."""
+    return unsupported_reason(device, dtype, head_dim) is None
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, negl_prob: float = 0.0,
               scale: Optional[float] = None, causal: bool = False,
               tile_stats: Optional[torch.Tensor] = None):

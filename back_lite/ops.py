@@ -32,7 +32,7 @@ from . import _lib, workspace_pool
 from ._lib import BlAttnDesc, BlTensor
 
 # torch dtype -> bl_dtype
-_BL_DTYPE = {
+BL_DTYPES = {
     torch.float32: _lib.BL_DTYPE_F32,
     torch.float16: _lib.BL_DTYPE_F16,
     torch.bfloat16: _lib.BL_DTYPE_BF16,
@@ -73,7 +73,7 @@ def _desc(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> BlAtt
     batch, seqlen_q, heads_q, head_dim = q.shape
     _, seqlen_k, heads_k, _ = k.shape
     return BlAttnDesc(
-        backend=backend_of(q.device), dtype=_BL_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q,
+        backend=backend_of(q.device), dtype=BL_DTYPES[q.dtype], batch=batch, seqlen_q=seqlen_q,
         seqlen_k=seqlen_k, heads_q=heads_q, heads_k=heads_k, head_dim=head_dim,
         scale=float(scale), causal=int(bool(causal)), stream=None, workspace=None,
         workspace_bytes=0)

@@ -100,6 +100,14 @@ const char *bl_status_string(bl_status s);
 const char *bl_last_error(void);
 /* 1 if the backend was compiled in (CUDA: and a device of compute capability 9.0 is visible). */
 int bl_backend_available(bl_backend backend);
+/* BL_OK if `backend` computes attention in `dtype` at head dim `head_dim`: the CPU backend every
+ * dtype and valid head dim, the CUDA backend bf16 / fp16 at head dims 64 and 128. Else
+ * BL_ERR_UNSUPPORTED (what bl_forward and bl_backward return for such a call on a usable device),
+ * BL_ERR_NO_BACKEND where the backend is not compiled in, or BL_ERR_INVALID_ARGUMENT for a value
+ * no backend takes; bl_last_error says which. Needs no device, so that a caller can pick another
+ * implementation before it prepares a call; size limits and the device itself are checked by the
+ * calls. */
+bl_status bl_supports(bl_backend backend, bl_dtype dtype, int64_t head_dim);
 /* The (TM, TN) tile shape the backend uses for W, masks and the sparse backward. */
 bl_status bl_tile_shape(bl_backend backend, int *tile_m, int *tile_n);
 /* Tm, Tn for a problem: ceil(Sq/TM), ceil(Sk/TN). */

@@ -34,32 +34,38 @@ static bl_status check_dim(const char *fn, const char *name, int64_t value) {
     return BL_OK;
 }
 
+/* Backend, dtype and head dim: values no backend takes. `prefix` is "desc->" for a desc's
+ * fields and "" for bl_supports's arguments, so that the message names what the caller wrote. */
+static bl_status check_kind(const char *fn, const char *prefix, bl_backend backend, bl_dtype dtype,
+                            int64_t head_dim) {
+    if (!backend_in_range(backend))
+        return bl_set_error(BL_ERR_INVALID_ARGUMENT,
+                            "%s: %sbackend must be BL_BACKEND_CPU (0) or BL_BACKEND_CUDA (1), "
+                            "got %d", fn, prefix, (int)backend);
+    if ((int)dtype != BL_DTYPE_F32 && (int)dtype != BL_DTYPE_F16 && (int)dtype != BL_DTYPE_BF16)
+        return bl_set_error(BL_ERR_INVALID_ARGUMENT,
+                            "%s: %sdtype must be BL_DTYPE_F32 (0), BL_DTYPE_F16 (1) or "
+                            "BL_DTYPE_BF16 (2), got %d", fn, prefix, (int)dtype);
+    if (head_dim < 2 || head_dim > BL_MAX_HEAD_DIM || head_dim % 2 != 0)
+        return bl_set_error(BL_ERR_INVALID_ARGUMENT,
+                            "%s: %shead_dim must be even, >= 2 and <= %d, got %lld", fn, prefix,
+                            BL_MAX_HEAD_DIM, (long long)head_dim);
+    return BL_OK;
+}
+
 /* Everything about the problem description that holds for every backend. */
 static bl_status check_desc(const char *fn, const bl_attn_desc *d) {
     if (!d) return bl_set_error(BL_ERR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
-    if (!backend_in_range(d->backend))
-        return bl_set_error(BL_ERR_INVALID_ARGUMENT,
-                            "%s: desc->backend must be BL_BACKEND_CPU (0) or BL_BACKEND_CUDA (1), "
-                            "got %d", fn, (int)d->backend);
-    if ((int)d->dtype != BL_DTYPE_F32 && (int)d->dtype != BL_DTYPE_F16 &&
-        (int)d->dtype != BL_DTYPE_BF16)
-        return bl_set_error(BL_ERR_INVALID_ARGUMENT,
-                            "%s: desc->dtype must be BL_DTYPE_F32 (0), BL_DTYPE_F16 (1) or "
-                            "BL_DTYPE_BF16 (2), got %d", fn, (int)d->dtype);
+    BL_CHECK(check_kind(fn, "desc->", d->backend, d->dtype, d->head_dim));
     BL_CHECK(check_dim(fn, "batch", d->batch));
     BL_CHECK(check_dim(fn, "seqlen_q", d->seqlen_q));
     BL_CHECK(check_dim(fn, "seqlen_k", d->seqlen_k));
     BL_CHECK(check_dim(fn, "heads_q", d->heads_q));
     BL_CHECK(check_dim(fn, "heads_k", d->heads_k));
-    BL_CHECK(check_dim(fn, "head_dim", d->head_dim));
     if (d->heads_q % d->heads_k != 0)
         return bl_set_error(BL_ERR_INVALID_ARGUMENT,
                             "%s: desc->heads_q (%lld) must be a multiple of desc->heads_k (%lld)",
                             fn, (long long)d->heads_q, (long long)d->heads_k);
-    if (d->head_dim > BL_MAX_HEAD_DIM || d->head_dim % 2 != 0)
-        return bl_set_error(BL_ERR_INVALID_ARGUMENT,
-                            "%s: desc->head_dim must be even and <= %d, got %lld", fn,
-                            BL_MAX_HEAD_DIM, (long long)d->head_dim);
     if (!isfinite(d->scale))
         return bl_set_error(BL_ERR_INVALID_ARGUMENT, "%s: desc->scale must be finite, got %g", fn,
                             (double)d->scale);
@@ -146,6 +152,14 @@ int bl_backend_available(bl_backend backend) {
     if ((int)backend == BL_BACKEND_CPU) return 1;
     if ((int)backend == BL_BACKEND_CUDA) return bl_cuda_available();
     return 0;
+}
+
+bl_status bl_supports(bl_backend backend, bl_dtype dtype, int64_t head_dim) {
+    static const char fn[] = "bl_supports";
+    bl_clear_error();
+    BL_CHECK(check_kind(fn, "", backend, dtype, head_dim));
+    if (backend == BL_BACKEND_CPU) return BL_OK;
+    return bl_cuda_supports(fn, dtype, head_dim);
 }
 
 void *bl_workspace_alloc(size_t bytes, int device, void *stream) {

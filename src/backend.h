@@ -35,6 +35,8 @@ bl_status bl_cpu_backward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_te
 
 /* ---- CUDA backend (the .cu files in src/cuda; src/stub/cuda_stub.c when built without nvcc) ---- */
 int bl_cuda_available(void);
+/* bl_supports for the CUDA backend (dtype and head_dim already valid); `fn` starts the message. */
+bl_status bl_cuda_supports(const char *fn, bl_dtype dtype, int64_t head_dim);
 bl_status bl_cuda_workspace_size(const bl_attn_desc *d, bl_op op, int with_stats, size_t *bytes);
 bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tensor k, bl_tensor v,
                           bl_tensor out, float *lse, float *tile_mass);

@@ -217,6 +217,28 @@ def test_patch_fallback_modes_and_nesting(spy):
     assert not bl_sdpa.is_patched()
 
 
+def test_kinds_the_backend_lacks_fall_back(spy):
+    """A dtype or head dim the device's backend does not compute is a call BackLite cannot
+    compute: the drop-in raises, the router hands it to PyTorch (here fp64 and an odd head dim on
+    the CPU; on CUDA the head dims other than 64 and 128: tests/gpu)."""
+    q64 = bhsd(1, 2, 100, 64).detach().double()
+    q_odd = bhsd(1, 2, 100, 63)
+    with pytest.raises(bl_sdpa.UnsupportedSDPACall, match="dtype torch.float64 is not supported"):
+        bl_sdpa.scaled_dot_product_attention(q64, q64, q64)
+    with pytest.raises(bl_sdpa.UnsupportedSDPACall, match="head_dim must be even.*got 63"):
+        bl_sdpa.scaled_dot_product_attention(q_odd, q_odd, q_odd)
+    with bl_sdpa.sdpa_through_back_lite(0.0) as counts:
+        with pytest.warns(UserWarning, match="dtype torch.float64 is not supported.*runs PyTorch"):
+            got64 = F.scaled_dot_product_attention(q64, q64, q64, is_causal=True)
+        with pytest.warns(UserWarning, match="head dim 63"):
+            got_odd = F.scaled_dot_product_attention(q_odd, q_odd, q_odd)
+    assert counts == {"back_lite": 0, "torch": 2} and not spy
+    torch.testing.assert_close(got64, F.scaled_dot_product_attention(q64, q64, q64, is_causal=True),
+                               atol=0, rtol=0)
+    torch.testing.assert_close(got_odd, F.scaled_dot_product_attention(q_odd, q_odd, q_odd),
+                               atol=0, rtol=0)
+
+
 def test_patch_restores_after_an_exception():
     with pytest.raises(RuntimeError, match="boom"):
         with bl_sdpa.sdpa_through_back_lite():
@@ -425,6 +447,54 @@ def test_diffusers_processor_rejects_a_mask(dif):
     x = torch.randn(1, 10, 32)
     with pytest.raises(NotImplementedError, match="attention_mask of shape"):
         attn(x, attention_mask=torch.ones(1, 10, 10))
+    with pytest.raises(ValueError, match="fallback must be one of"):
+        dif.BackLiteAttnProcessor(fallback="sometimes")
+
+
+def test_diffusers_processor_falls_back_where_asked(dif, spy):
+    """fallback="warn" / "silent": a masked call runs AttnProcessor2_0 whole; q / k / v the
+    backend cannot take (fp64 here; on CUDA head dims other than 64 and 128) run PyTorch's
+    attention on the processor's own projections. Both give the default processor's result."""
+    from diffusers.models.attention_processor import Attention, AttnProcessor2_0
+    torch.manual_seed(0)
+    attn = Attention(query_dim=32, heads=2, dim_head=16)
+    x = torch.randn(2, 10, 32)
+    mask = torch.zeros(2, 10, 10)
+    mask[:, :, 7:] = -1e4  # an additive padding mask over the last 3 keys
+    attn.set_processor(AttnProcessor2_0())
+    want_masked = attn(x, attention_mask=mask)
+    attn.set_processor(dif.BackLiteAttnProcessor(negl_prob=0.0, fallback="warn"))
+    with pytest.warns(UserWarning, match="attention_mask of shape"):
+        got_masked = attn(x, attention_mask=mask)
+    torch.testing.assert_close(got_masked, want_masked, atol=0, rtol=0)
+    assert not spy
+
+    attn64, x64 = copy.deepcopy(attn).double(), x.double()
+    attn64.set_processor(AttnProcessor2_0())
+    want64 = attn64(x64)
+    attn64.set_processor(dif.BackLiteAttnProcessor(negl_prob=0.0, fallback="silent"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got64 = attn64(x64)
+    torch.testing.assert_close(got64, want64, atol=1e-12, rtol=1e-12)
+    assert not spy
+    attn64.set_processor(dif.BackLiteAttnProcessor(negl_prob=0.0))  # "error", the default
+    with pytest.raises(NotImplementedError, match="dtype torch.float64 is not supported"):
+        attn64(x64)
+
+    got = attn(x)  # a call BackLite computes still runs BackLite
+    assert len(spy) == 1
+    attn.set_processor(AttnProcessor2_0())
+    torch.testing.assert_close(got, attn(x), atol=OUT_ATOL, rtol=1e-4)
+
+
+def test_diffusers_use_back_lite_passes_fallback_to_both_processors(dif):
+    from diffusers.models.attention_processor import Attention
+    model = torch.nn.ModuleList([Attention(query_dim=32, heads=2, dim_head=16)])
+    dif.use_back_lite(model, fallback="silent")
+    assert model[0].processor.fallback == "silent"
+    with pytest.raises(ValueError, match="fallback must be one of"):
+        dif.use_back_lite(model, fallback="loud")
 
 
 def test_diffusers_wrapper_keeps_the_inner_signature_and_attributes(dif):

@@ -18,10 +18,13 @@ Two processors:
 use_back_lite(model) puts the first on the modules that use the default processor and the second
 on all others.
 
-Attention masks and attention dropout are not supported by BackLite. BackLiteAttnProcessor raises
-NotImplementedError for a mask; BackLiteSDPAProcessor lets such calls run PyTorch's attention
-(with a warning by default, see `fallback`). Diffusion transformers rarely mask their
-self-attention; text-conditioning cross-attention with a padding mask is the usual exception.
+Calls BackLite cannot compute -- an attention mask, attention dropout, a dtype or head dim the
+device's backend lacks (on CUDA, head dims other than 64 and 128: the 40 / 80 / 160 of Stable
+Diffusion 1.x's UNet), a device without a backend -- run PyTorch's attention instead, or raise,
+as `fallback` says: "error" (raise NotImplementedError; BackLiteAttnProcessor's default), "warn"
+(PyTorch computes the call, with a warning; use_back_lite's and BackLiteSDPAProcessor's default)
+or "silent". Diffusion transformers rarely mask their self-attention; text-conditioning
+cross-attention with a padding mask is the usual exception.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import inspect
 import torch
 
 from .. import _checks, functional
-from .sdpa import DEFAULT_NEGL_PROB, sdpa_through_back_lite
+from .sdpa import DEFAULT_NEGL_PROB, check_fallback, report_fallback, sdpa_through_back_lite
 
 try:
     import diffusers  # noqa: F401 (the check that it is installed)
@@ -46,19 +49,26 @@ class BackLiteAttnProcessor:
     backward skipping key tiles with < negl_prob of each query tile's softmax mass.
 
     Uses attn.scale (AttnProcessor2_0 uses the default 1/sqrt(head_dim), which equals attn.scale
-    unless the module was built with scale_qk=False)."""
+    unless the module was built with scale_qk=False).
 
-    def __init__(self, negl_prob: float = DEFAULT_NEGL_PROB):
+    fallback: what a call BackLite cannot compute does (module doc): "error", "warn" or
+    "silent". A masked call then runs AttnProcessor2_0 whole; a call whose q / k / v the backend
+    cannot take runs PyTorch's scaled_dot_product_attention on them, with attn.scale."""
+
+    def __init__(self, negl_prob: float = DEFAULT_NEGL_PROB, fallback: str = "error"):
         self.negl_prob = _checks.negl_prob(negl_prob)
+        self.fallback = check_fallback(fallback)
 
     def __call__(self, attn: Attention, hidden_states: torch.Tensor,
                  encoder_hidden_states: torch.Tensor | None = None,
                  attention_mask: torch.Tensor | None = None, temb: torch.Tensor | None = None,
                  *args, **kwargs) -> torch.Tensor:
         if attention_mask is not None:
-            raise NotImplementedError(
-                f"BackLiteAttnProcessor: got an attention_mask of shape "
-                f"{tuple(attention_mask.shape)}; BackLite computes unmasked attention only")
+            report_fallback("BackLiteAttnProcessor",
+                            f"got an attention_mask of shape {tuple(attention_mask.shape)}; "
+                            "BackLite computes unmasked attention only", self.fallback)
+            return AttnProcessor2_0()(attn, hidden_states, encoder_hidden_states, attention_mask,
+                                      temb, *args, **kwargs)
         residual = hidden_states
         if attn.spatial_norm is not None:
             hidden_states = attn.spatial_norm(hidden_states, temb)
@@ -89,8 +99,17 @@ class BackLiteAttnProcessor:
         if attn.norm_k is not None:
             key = attn.norm_k(key)
 
-        out, _, _ = functional.attention(query, key, value, negl_prob=self.negl_prob,
-                                         scale=attn.scale)
+        reason = functional.unsupported_reason(query.device, query.dtype, head_dim)
+        if reason is None:
+            out, _, _ = functional.attention(query, key, value, negl_prob=self.negl_prob,
+                                             scale=attn.scale)
+        else:
+            report_fallback("BackLiteAttnProcessor", f"q / k / v of dtype {query.dtype} and head "
+                            f"dim {head_dim} on {query.device}: {reason}", self.fallback)
+            # (B, S, H, D) views -> PyTorch's (B, H, S, D) and back
+            out = torch.nn.functional.scaled_dot_product_attention(
+                query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                scale=attn.scale).transpose(1, 2)
         hidden_states = out.reshape(batch, -1, attn.heads * head_dim).to(query.dtype)
         hidden_states = attn.to_out[0](hidden_states)  # linear projection
         hidden_states = attn.to_out[1](hidden_states)  # dropout
@@ -105,14 +124,14 @@ class BackLiteSDPAProcessor:
     """Wraps any diffusers attention processor so that the
     torch.nn.functional.scaled_dot_product_attention calls it makes (directly, or through
     diffusers' "native" attention backend) run BackLite. fallback: "warn", "silent" or "error"
-    for calls BackLite cannot compute (masks, dropout), see sdpa_through_back_lite."""
+    for calls BackLite cannot compute (module doc), see sdpa_through_back_lite."""
 
     def __init__(self, inner, negl_prob: float = DEFAULT_NEGL_PROB, fallback: str = "warn"):
         if isinstance(inner, BackLiteSDPAProcessor):
             inner = inner.inner
         self.inner = inner
         self.negl_prob = _checks.negl_prob(negl_prob)
-        self.fallback = fallback
+        self.fallback = check_fallback(fallback)
         # diffusers' Attention.forward drops the keyword arguments that the processor's
         # __call__ does not name; an instance attribute with the inner signature makes
         # inspect.signature(processor.__call__) report the inner processor's parameters.
@@ -154,8 +173,10 @@ def use_back_lite(model: torch.nn.Module, negl_prob: float = DEFAULT_NEGL_PROB,
                   fallback: str = "warn") -> dict:
     """Makes every attention module of a diffusers model run BackLite: BackLiteAttnProcessor
     where the module is a classic `Attention` with the default processor, BackLiteSDPAProcessor
-    around the processor everywhere else. Returns {"attn_processor": n, "sdpa_wrapped": m}."""
+    around the processor everywhere else; `fallback` (module doc) goes to both. Returns
+    {"attn_processor": n, "sdpa_wrapped": m}."""
     negl_prob = _checks.negl_prob(negl_prob)
+    check_fallback(fallback)
     counts = {"attn_processor": 0, "sdpa_wrapped": 0}
     for module in model.modules():
         if not (hasattr(module, "set_processor") and hasattr(module, "processor")):
@@ -163,7 +184,7 @@ def use_back_lite(model: torch.nn.Module, negl_prob: float = DEFAULT_NEGL_PROB,
         processor = module.processor
         if isinstance(module, Attention) and isinstance(
                 processor, _DEFAULT_PROCESSORS + (BackLiteAttnProcessor,)):
-            module.set_processor(BackLiteAttnProcessor(negl_prob))
+            module.set_processor(BackLiteAttnProcessor(negl_prob, fallback))
             counts["attn_processor"] += 1
         else:
             module.set_processor(BackLiteSDPAProcessor(processor, negl_prob, fallback))

@@ -38,9 +38,6 @@ from .. import _checks, functional
 DEFAULT_NEGL_PROB = 0.05
 
 
-_CUDA_DTYPES = (torch.bfloat16, torch.float16)
-
-
 class UnsupportedSDPACall(NotImplementedError):
     """The call uses a feature of scaled_dot_product_attention that BackLite does not have."""
 
@@ -58,12 +55,15 @@ def _unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal,
             return f"{name} must be a torch.Tensor, got {type(t).__name__}"
         if t.dim() != 4:
             return f"{name} must be 4-D (B, H, S, D), got shape {tuple(t.shape)}"
-    if query.device.type != "cpu" and query.dtype not in _CUDA_DTYPES:
-        return (f"query has dtype {query.dtype} on {query.device}; BackLite's CUDA backend takes "
-                "torch.bfloat16 or torch.float16 (use autocast, or cast q, k, v)")
     if value.shape[-1] != query.shape[-1]:
         return (f"value has head dim {value.shape[-1]} but query has {query.shape[-1]} "
                 "(a different value head dim is not supported)")
+    head_dim = int(query.shape[-1])
+    backend_says = functional.unsupported_reason(query.device, query.dtype, head_dim)
+    if backend_says is not None:
+        hint = " (use autocast, or cast q, k, v)" if query.dtype == torch.float32 else ""
+        return f"query has dtype {query.dtype}, head dim {head_dim} on {query.device}: " \
+               f"{backend_says}{hint}"
     heads_q, heads_k = query.shape[1], key.shape[1]
     if heads_q != heads_k and not enable_gqa:
         return (f"query has {heads_q} heads and key {heads_k}: pass enable_gqa=True for "
@@ -138,11 +138,7 @@ class _Router:
             return scaled_dot_product_attention(query, key, value, is_causal=is_causal,
                                                 scale=scale, enable_gqa=enable_gqa,
                                                 negl_prob=negl_prob)
-        if fallback == "error":
-            raise UnsupportedSDPACall("BackLite (sdpa_through_back_lite): " + reason)
-        if fallback == "warn":
-            warnings.warn(f"BackLite (sdpa_through_back_lite): {reason}; this call runs "
-                          "PyTorch's scaled_dot_product_attention instead", stacklevel=2)
+        report_fallback("sdpa_through_back_lite", reason, fallback, stacklevel=2)
         counts["torch"] += 1
         return _TORCH_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                            is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
@@ -150,6 +146,23 @@ class _Router:
 
 _ROUTER = _Router()
 _FALLBACKS = ("warn", "silent", "error")
+
+
+def check_fallback(fallback: str) -> str:
+    if fallback not in _FALLBACKS:
+        raise ValueError(f"BackLite: fallback must be one of {_FALLBACKS}, got {fallback!r}")
+    return fallback
+
+
+def report_fallback(where: str, reason: str, fallback: str, stacklevel: int = 2) -> None:
+    """What a call BackLite cannot compute does before PyTorch computes it: raise
+    UnsupportedSDPACall ("error"), warn ("warn") or nothing ("silent"). stacklevel: as
+    warnings.warn's, counted from the function that calls this one."""
+    if fallback == "error":
+        raise UnsupportedSDPACall(f"BackLite ({where}): {reason}")
+    if fallback == "warn":
+        warnings.warn(f"BackLite ({where}): {reason}; this call runs PyTorch's "
+                      "scaled_dot_product_attention instead", stacklevel=stacklevel + 1)
 
 
 @contextlib.contextmanager
@@ -162,15 +175,15 @@ def sdpa_through_back_lite(negl_prob: float = DEFAULT_NEGL_PROB, fallback: str =
     torch.nn.functional import scaled_dot_product_attention` at import) is not, and neither is
     torch.compile'd code compiled outside the block.
 
-    fallback: what a call BackLite cannot compute does (attn_mask, dropout > 0, no backend for the
+    fallback: what a call BackLite cannot compute does (attn_mask, dropout > 0, a dtype or head dim
+    the device's backend lacks -- on CUDA head dims other than 64 and 128 --, no backend for the
     device): "warn" (PyTorch computes it, with a warning), "silent" (PyTorch, no warning) or
     "error" (raise UnsupportedSDPACall). Yields a dict counting the calls that went to
     "back_lite" and to "torch". Blocks nest (the innermost settings apply) and are per thread.
     """
     global _patch_depth
     negl_prob = _checks.negl_prob(negl_prob)
-    if fallback not in _FALLBACKS:
-        raise ValueError(f"BackLite: fallback must be one of {_FALLBACKS}, got {fallback!r}")
+    check_fallback(fallback)
     counts = {"back_lite": 0, "torch": 0}
     stack = getattr(_state, "stack", None)
     if stack is None:

@@ -270,14 +270,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         return bl_set_error(BL_ERR_NO_BACKEND,
                             "bl_backward: no CUDA device of compute capability 9.0 is usable "
                             "(the CUDA backward needs an H100/H200 and a working driver)");
-    if (d->dtype != BL_DTYPE_BF16 && d->dtype != BL_DTYPE_F16)
-        return bl_set_error(BL_ERR_UNSUPPORTED,
-                            "desc->dtype = %d: the CUDA backward supports bf16 and fp16 only",
-                            (int)d->dtype);
-    if (d->head_dim != 64 && d->head_dim != 128)
-        return bl_set_error(BL_ERR_UNSUPPORTED,
-                            "desc->head_dim = %lld: the CUDA backward supports 64 and 128",
-                            (long long)d->head_dim);
+    BL_TRY(bl_cuda_supports("CUDA backward", d->dtype, d->head_dim));
     BL_TRY(check_vec_aligned("q", q));
     BL_TRY(check_vec_aligned("k", k));
     BL_TRY(check_vec_aligned("v", v));

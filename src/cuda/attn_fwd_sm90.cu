@@ -1125,6 +1125,20 @@ extern "C" int bl_cuda_available(void) {
     return major == 9 && minor == 0;
 }
 
+// What the kernels are built for: bf16 / fp16 at head dims 64 and 128 (the forward's, the
+// selection's and the backward's instantiations). Needs no device (bl_supports).
+extern "C" bl_status bl_cuda_supports(const char *fn, bl_dtype dtype, int64_t head_dim) {
+    if (dtype != BL_DTYPE_BF16 && dtype != BL_DTYPE_F16)
+        return bl_set_error(BL_ERR_UNSUPPORTED,
+                            "%s: dtype=%d is not supported by the CUDA backend (bf16 = 2 and "
+                            "fp16 = 1 only; fp32 = 0 runs on the CPU backend)", fn, (int)dtype);
+    if (head_dim != 64 && head_dim != 128)
+        return bl_set_error(BL_ERR_UNSUPPORTED,
+                            "%s: head_dim=%lld is not supported by the CUDA backend (64 and 128 "
+                            "only)", fn, (long long)head_dim);
+    return BL_OK;
+}
+
 extern "C" bl_status bl_cuda_workspace_size(const bl_attn_desc *d, bl_op op, int with_stats,
                                             size_t *bytes) {
     if (op == BL_OP_BACKWARD) return bl_cuda_bwd_workspace_size(d, bytes);
@@ -1141,13 +1155,7 @@ extern "C" bl_status bl_cuda_forward(const bl_attn_desc *d, bl_tensor q, bl_tens
                                      bl_tensor out, float *lse, float *tile_mass) {
     int sms = 0;
     BL_TRY(require_sm90_device(&sms));
-    if (d->dtype != BL_DTYPE_BF16 && d->dtype != BL_DTYPE_F16)
-        return bl_set_error(BL_ERR_UNSUPPORTED,
-                            "CUDA forward: dtype=%d is not supported (bf16 and fp16 only)", (int)d->dtype);
-    if (d->head_dim != 64 && d->head_dim != 128)
-        return bl_set_error(BL_ERR_UNSUPPORTED,
-                            "CUDA forward: head_dim=%lld is not supported (64 and 128 only)",
-                            (long long)d->head_dim);
+    BL_TRY(bl_cuda_supports("CUDA forward", d->dtype, d->head_dim));
     BL_TRY(check_layout("q", q));
     BL_TRY(check_layout("k", k));
     BL_TRY(check_layout("v", v));

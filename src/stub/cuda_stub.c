@@ -10,6 +10,11 @@ static bl_status no_cuda(void) {
 
 int bl_cuda_available(void) { return 0; }
 
+bl_status bl_cuda_supports(const char *fn, bl_dtype dtype, int64_t head_dim) {
+    (void)fn; (void)dtype; (void)head_dim;
+    return no_cuda();
+}
+
 bl_status bl_cuda_workspace_size(const bl_attn_desc *d, bl_op op, int with_stats, size_t *bytes) {
     (void)d; (void)op; (void)with_stats; (void)bytes;
     return no_cuda();

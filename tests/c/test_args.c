@@ -296,6 +296,58 @@ static void other_functions(void) {
     EXPECT(bl_status_string((bl_status)99) != NULL, "bl_status_string(99) is NULL");
 }
 
+/* bl_supports: the CPU backend takes every valid kind; the CUDA backend bf16 / fp16 at head dims
+ * 64 and 128 where it is compiled in (no device needed), else it is reported absent for all. */
+static void supports_query(void) {
+    const bl_dtype dtypes[] = {BL_DTYPE_F32, BL_DTYPE_F16, BL_DTYPE_BF16};
+    const int64_t head_dims[] = {2, 40, 64, 80, 96, 128, 160, 256};
+    for (int t = 0; t < 3; ++t)
+        for (int h = 0; h < 8; ++h)
+            EXPECT(bl_supports(BL_BACKEND_CPU, dtypes[t], head_dims[h]) == BL_OK,
+                   "bl_supports(CPU, dtype %d, head_dim %lld): %s", (int)dtypes[t],
+                   (long long)head_dims[h], bl_last_error());
+
+    expect_error("bl_supports, backend 5", bl_supports((bl_backend)5, BL_DTYPE_F32, 64),
+                 BL_ERR_INVALID_ARGUMENT, "backend");
+    expect_error("bl_supports, dtype 7", bl_supports(BL_BACKEND_CPU, (bl_dtype)7, 64),
+                 BL_ERR_INVALID_ARGUMENT, "dtype");
+    const int64_t bad_head_dims[] = {0, -64, 63, BL_MAX_HEAD_DIM + 2};
+    for (int h = 0; h < 4; ++h) {
+        expect_error("bl_supports, bad head_dim", bl_supports(BL_BACKEND_CPU, BL_DTYPE_F32,
+                                                              bad_head_dims[h]),
+                     BL_ERR_INVALID_ARGUMENT, "head_dim");
+        expect_error("bl_supports, bad head_dim on CUDA",
+                     bl_supports(BL_BACKEND_CUDA, BL_DTYPE_BF16, bad_head_dims[h]),
+                     BL_ERR_INVALID_ARGUMENT, "head_dim");
+    }
+
+    const bl_status cuda128 = bl_supports(BL_BACKEND_CUDA, BL_DTYPE_BF16, 128);
+    if (bl_backend_available(BL_BACKEND_CUDA))
+        EXPECT(cuda128 == BL_OK, "CUDA is available but bl_supports(CUDA, bf16, 128) = %d: %s",
+               (int)cuda128, bl_last_error());
+    if (cuda128 == BL_OK) { /* compiled in */
+        EXPECT(bl_supports(BL_BACKEND_CUDA, BL_DTYPE_F16, 128) == BL_OK, "CUDA fp16 128: %s",
+               bl_last_error());
+        EXPECT(bl_supports(BL_BACKEND_CUDA, BL_DTYPE_BF16, 64) == BL_OK, "CUDA bf16 64: %s",
+               bl_last_error());
+        EXPECT(bl_supports(BL_BACKEND_CUDA, BL_DTYPE_F16, 64) == BL_OK, "CUDA fp16 64: %s",
+               bl_last_error());
+        expect_error("bl_supports(CUDA, fp32)", bl_supports(BL_BACKEND_CUDA, BL_DTYPE_F32, 128),
+                     BL_ERR_UNSUPPORTED, "dtype=0");
+        const int64_t other[] = {2, 40, 80, 96, 160, 256};
+        for (int h = 0; h < 6; ++h)
+            expect_error("bl_supports(CUDA, another head dim)",
+                         bl_supports(BL_BACKEND_CUDA, BL_DTYPE_BF16, other[h]),
+                         BL_ERR_UNSUPPORTED, "64 and 128");
+    } else {
+        expect_error("bl_supports(CUDA) without the CUDA backend", cuda128, BL_ERR_NO_BACKEND,
+                     "not compiled");
+        expect_error("bl_supports(CUDA, 80) without the CUDA backend",
+                     bl_supports(BL_BACKEND_CUDA, BL_DTYPE_BF16, 80), BL_ERR_NO_BACKEND,
+                     "not compiled");
+    }
+}
+
 #ifndef __STDC_NO_THREADS__
 /* Another thread's failure must not show in this thread's last error, nor this one's there. */
 static int failing_thread(void *arg) {
@@ -332,6 +384,7 @@ int main(void) {
     bad_desc_everywhere();
     bad_tensors();
     other_functions();
+    supports_query();
 #ifndef __STDC_NO_THREADS__
     last_error_per_thread();
 #endif

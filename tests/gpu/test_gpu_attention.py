@@ -610,6 +610,34 @@ def test_gpu_runs_on_a_side_stream():
     assert torch.equal(out, expected)
 
 
+@pytest.mark.parametrize("dtype,head_dim,needle", [
+    (torch.bfloat16, 32, "head_dim=32 is not supported by the CUDA backend"),
+    (torch.float16, 80, "head_dim=80 is not supported by the CUDA backend"),
+    (torch.bfloat16, 96, "head_dim=96 is not supported by the CUDA backend"),
+    (torch.bfloat16, 256, "head_dim=256 is not supported by the CUDA backend"),
+], ids=str)
+def test_gpu_kinds_the_kernels_lack(dtype, head_dim, needle):
+    """Head dims the kernels are not built for: backend_supports says so before a call, the
+    forward and the backward refuse them with NotImplementedError in the same words, and the SDPA
+    router hands such calls to PyTorch. (fp32 CUDA tensors are refused in Python, by _checks.)"""
+    from back_lite.integrations import sdpa as bl_sdpa
+    assert not back_lite.backend_supports(DEV, dtype, head_dim)
+    assert needle in back_lite.functional.unsupported_reason(DEV, dtype, head_dim)
+    q, k, v = random_qkv(1, 100, 100, 2, 2, head_dim, dtype, DEV)
+    with pytest.raises(NotImplementedError, match=needle):
+        back_lite.forward(q, k, v)
+    out, dout = torch.zeros_like(q), torch.randn_like(q)
+    lse = torch.zeros(1, 2, 100, device=DEV)
+    with pytest.raises(NotImplementedError, match=needle):
+        back_lite.backward(dout, q, k, v, out, lse)
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # PyTorch's (B, H, S, D)
+    with bl_sdpa.sdpa_through_back_lite(0.0) as counts:
+        with pytest.warns(UserWarning, match=needle):
+            got = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
+    assert counts == {"back_lite": 0, "torch": 1}
+    assert torch.equal(got, torch.nn.functional.scaled_dot_product_attention(qt, kt, vt))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
