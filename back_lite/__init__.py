@@ -25,6 +25,6 @@ library_version = _lib.version_string()
 library_path = _lib.path
 
 __all__ = ["BackLite", "attention", "forward", "backward", "select", "tile_shape", "num_tiles",
-           "backend_available", "backend_supports", "computable_tiles", "backward_sparsity", "empty_workspace_pool",
-           "functional", "ops",
+           "backend_available", "backend_supports", "computable_tiles", "backward_sparsity",
+           "empty_workspace_pool", "functional", "ops",
            "version", "library_version", "library_path"]

@@ -488,6 +488,22 @@ def test_diffusers_processor_falls_back_where_asked(dif, spy):
     torch.testing.assert_close(got, attn(x), atol=OUT_ATOL, rtol=1e-4)
 
 
+def test_diffusers_processor_falls_back_without_a_usable_backend(dif, spy, monkeypatch):
+    """A device whose backend is not usable here (CUDA on a GPU other than an H100 / H200) is a
+    call BackLite cannot compute too; simulated on the CPU."""
+    from diffusers.models.attention_processor import Attention, AttnProcessor2_0
+    torch.manual_seed(0)
+    attn = Attention(query_dim=32, heads=2, dim_head=16, processor=AttnProcessor2_0())
+    x = torch.randn(2, 10, 32)
+    want = attn(x)
+    monkeypatch.setattr(bl_sdpa, "_has_backend", lambda device: False)
+    attn.set_processor(dif.BackLiteAttnProcessor(negl_prob=0.0, fallback="warn"))
+    with pytest.warns(UserWarning, match="no usable backend for tensors on cpu"):
+        got = attn(x)
+    assert not spy
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
 def test_diffusers_use_back_lite_passes_fallback_to_both_processors(dif):
     from diffusers.models.attention_processor import Attention
     model = torch.nn.ModuleList([Attention(query_dim=32, heads=2, dim_head=16)])

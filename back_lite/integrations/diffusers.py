@@ -20,7 +20,7 @@ on all others.
 
 Calls BackLite cannot compute -- an attention mask, attention dropout, a dtype or head dim the
 device's backend lacks (on CUDA, head dims other than 64 and 128: the 40 / 80 / 160 of Stable
-Diffusion 1.x's UNet), a device without a backend -- run PyTorch's attention instead, or raise,
+Diffusion 1.x's UNet), a device without a usable backend (a GPU that is not an H100 / H200) -- run PyTorch's attention instead, or raise,
 as `fallback` says: "error" (raise NotImplementedError; BackLiteAttnProcessor's default), "warn"
 (PyTorch computes the call, with a warning; use_back_lite's and BackLiteSDPAProcessor's default)
 or "silent". Diffusion transformers rarely mask their self-attention; text-conditioning
@@ -33,7 +33,8 @@ import inspect
 import torch
 
 from .. import _checks, functional
-from .sdpa import DEFAULT_NEGL_PROB, check_fallback, report_fallback, sdpa_through_back_lite
+from .sdpa import (DEFAULT_NEGL_PROB, check_fallback, report_fallback, sdpa_through_back_lite,
+                   unusable_backend_reason)
 
 try:
     import diffusers  # noqa: F401 (the check that it is installed)
@@ -100,6 +101,8 @@ class BackLiteAttnProcessor:
             key = attn.norm_k(key)
 
         reason = functional.unsupported_reason(query.device, query.dtype, head_dim)
+        if reason is None:
+            reason = unusable_backend_reason(query.device)
         if reason is None:
             out, _, _ = functional.attention(query, key, value, negl_prob=self.negl_prob,
                                              scale=attn.scale)

@@ -118,6 +118,13 @@ def _has_backend(device: torch.device) -> bool:
         return False
 
 
+def unusable_backend_reason(device: torch.device) -> Optional[str]:
+    """None if BackLite has a usable backend for `device` on this machine, else that it has not."""
+    if _has_backend(device):
+        return None
+    return f"BackLite has no usable backend for tensors on {device}"
+
+
 class _Router:
     """The function installed as torch.nn.functional.scaled_dot_product_attention while patched:
     calls BackLite with the innermost active settings of this thread, else PyTorch."""
@@ -131,8 +138,8 @@ class _Router:
         negl_prob, fallback, counts = settings[-1]
         reason = _unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal,
                                      enable_gqa)
-        if reason is None and not _has_backend(query.device):
-            reason = f"BackLite has no usable backend for tensors on {query.device}"
+        if reason is None:
+            reason = unusable_backend_reason(query.device)
         if reason is None:
             counts["back_lite"] += 1
             return scaled_dot_product_attention(query, key, value, is_causal=is_causal,
