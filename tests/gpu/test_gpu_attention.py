@@ -638,6 +638,26 @@ def test_gpu_kinds_the_kernels_lack(dtype, head_dim, needle):
     assert torch.equal(got, torch.nn.functional.scaled_dot_product_attention(qt, kt, vt))
 
 
+def test_gpu_flash_attn_func():
+    """flash_attn's signature on the CUDA backend: BackLite's forward bits, gradients within the
+    reduce-adds' rounding of back_lite.attention's; deterministic=True refused."""
+    from back_lite.integrations import flash_attn as bl_fa
+    q, k, v = (t.requires_grad_() for t in random_qkv(2, 700, 900, 4, 2, 128, torch.bfloat16,
+                                                     DEV))
+    out, lse, probs = bl_fa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True,
+                                            negl_prob=0.1)
+    want, want_lse, _ = back_lite.attention(q, k, v, negl_prob=0.1, causal=True)
+    assert probs is None and torch.equal(out, want) and torch.equal(lse, want_lse)
+    dout = torch.randn_like(out)
+    got_grads = torch.autograd.grad(out, (q, k, v), dout)
+    want_grads = torch.autograd.grad(want, (q, k, v), dout)
+    assert torch.equal(got_grads[1], want_grads[1]) and torch.equal(got_grads[2], want_grads[2])
+    eps = torch.finfo(torch.bfloat16).eps  # dq: as test_gpu_backward_is_reproducible allows
+    torch.testing.assert_close(got_grads[0], want_grads[0], rtol=2 * eps, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="deterministic=True is not available on cuda"):
+        bl_fa.flash_attn_func(q, k, v, deterministic=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])

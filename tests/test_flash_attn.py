@@ -1,0 +1,136 @@
+"""back_lite.integrations.flash_attn: flash_attn 2.x's functions computed by BackLite, on the CPU
+backend in fp32 against the float64 reference (the GPU form: tests/gpu/test_gpu_attention.py).
+flash_attn itself is not needed: the reference is tests/reference.py."""
+import math
+
+import pytest
+import torch
+
+import back_lite
+import reference as ref
+from back_lite import functional
+from back_lite.integrations import flash_attn as bl_fa
+
+ATOL = 2e-5  # fp32 rounding against float64 at these sizes
+
+
+def qkv(batch, seqlen_q, seqlen_k, heads_q, heads_k, head_dim=64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, seqlen_q, heads_q, head_dim, generator=gen)
+    k = torch.randn(batch, seqlen_k, heads_k, head_dim, generator=gen)
+    v = torch.randn(batch, seqlen_k, heads_k, head_dim, generator=gen)
+    return [t.requires_grad_() for t in (q, k, v)]
+
+
+def reference(q, k, v, dout, scale, causal):
+    """float64 out, lse and (dq, dk, dv) of the dense attention, bottom-right causal."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out, lse, _ = ref.attention(q64, k64, v64, scale, causal)
+    return out, lse, torch.autograd.grad(out, (q64, k64, v64), dout.double())
+
+
+@pytest.mark.parametrize("shape,causal,window_size", [
+    ((2, 150, 150, 2, 2), False, (-1, -1)),
+    ((2, 150, 150, 4, 2), True, (-1, -1)),     # GQA
+    ((1, 70, 200, 2, 1), True, (-1, -1)),      # MQA, Sq < Sk: bottom-right, as flash_attn
+    ((1, 200, 90, 2, 2), True, (-1, -1)),      # Sq > Sk: the first rows see no key
+    ((1, 100, 130, 2, 2), False, (-1, 0)),     # the causal band as a window
+    ((1, 100, 130, 2, 2), True, (500, -1)),    # a left window no row reaches
+    ((1, 100, 130, 2, 2), False, (129, 99)),   # windows no row reaches on either side
+])
+def test_flash_attn_func_matches_the_reference(shape, causal, window_size):
+    batch, seqlen_q, seqlen_k, heads_q, heads_k = shape
+    q, k, v = qkv(batch, seqlen_q, seqlen_k, heads_q, heads_k)
+    out, lse, probs = bl_fa.flash_attn_func(q, k, v, causal=causal, window_size=window_size,
+                                            return_attn_probs=True, negl_prob=0.0)
+    band = causal or window_size[1] == 0
+    dout = torch.randn_like(out)
+    out64, lse64, grads64 = reference(q, k, v, dout, 1.0 / math.sqrt(64), band)
+    assert probs is None and out.shape == q.shape and lse.shape == (batch, heads_q, seqlen_q)
+    torch.testing.assert_close(out.double(), out64, atol=ATOL, rtol=0)
+    torch.testing.assert_close(lse.double(), lse64, atol=ATOL, rtol=0)  # -inf rows included
+    for g, g64 in zip(torch.autograd.grad(out, (q, k, v), dout), grads64):
+        torch.testing.assert_close(g.double(), g64, atol=1e-4, rtol=0)
+
+
+def test_flash_attn_func_is_back_lite_with_its_arguments():
+    """Same bits as back_lite.attention with the same scale, causal flag and negl_prob (so the
+    sparse backward is really on), gradients included."""
+    q, k, v = qkv(1, 300, 300, 2, 2)
+    got = bl_fa.flash_attn_func(q, k, v, softmax_scale=0.2, causal=True, negl_prob=0.3)
+    want, _, _ = functional.attention(q, k, v, negl_prob=0.3, scale=0.2, causal=True)
+    assert torch.equal(got, want)
+    dout = torch.randn_like(got)
+    got_grads = torch.autograd.grad(got, (q, k, v), dout)
+    for a, b in zip(got_grads, torch.autograd.grad(want, (q, k, v), dout)):
+        assert torch.equal(a, b)
+    dense = bl_fa.flash_attn_func(q, k, v, softmax_scale=0.2, causal=True, negl_prob=0.0)
+    # negl_prob=0.3 skipped some tiles: its dq is not the dense one
+    assert not torch.equal(torch.autograd.grad(dense, q, dout)[0], got_grads[0])
+
+
+def test_packed_forms_are_views_of_the_same_call():
+    gen = torch.Generator().manual_seed(3)
+    qkv_packed = torch.randn(2, 130, 3, 4, 64, generator=gen).requires_grad_()
+    out = bl_fa.flash_attn_qkvpacked_func(qkv_packed, causal=True, negl_prob=0.0)
+    q, k, v = (t.detach().clone().requires_grad_() for t in qkv_packed.unbind(2))
+    want = bl_fa.flash_attn_func(q, k, v, causal=True, negl_prob=0.0)
+    assert torch.equal(out, want)
+    dout = torch.randn_like(out)
+    (dqkv,) = torch.autograd.grad(out, qkv_packed, dout)
+    assert torch.equal(dqkv, torch.stack(torch.autograd.grad(want, (q, k, v), dout), dim=2))
+
+    q = torch.randn(2, 100, 4, 64, generator=gen).requires_grad_()
+    kv = torch.randn(2, 130, 2, 2, 64, generator=gen).requires_grad_()  # GQA: 2 K / V heads
+    out = bl_fa.flash_attn_kvpacked_func(q, kv, softmax_scale=0.1, negl_prob=0.0)
+    assert torch.equal(out, bl_fa.flash_attn_func(q, kv[:, :, 0], kv[:, :, 1],
+                                                  softmax_scale=0.1, negl_prob=0.0))
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(dropout_p=0.1), "dropout_p=0.1 is not supported"),
+    (dict(softcap=30.0), "softcap=30.0 is not supported"),
+    (dict(alibi_slopes=torch.ones(2)), "alibi_slopes=.*shape \\(2,\\)"),
+    (dict(window_size=(16, 0)), "sliding window of 16 keys to the left"),
+    (dict(window_size=(16, -1), causal=True), "sliding window of 16 keys"),
+    (dict(window_size=(-1, 8)), "limits each query to 8 keys to its right"),
+])
+def test_what_back_lite_does_not_compute_is_refused(kwargs, needle):
+    q, k, v = qkv(1, 100, 130, 2, 2)
+    with pytest.raises(NotImplementedError, match=needle):
+        bl_fa.flash_attn_func(q, k, v, **kwargs)
+
+
+def test_argument_errors():
+    q, k, v = qkv(1, 100, 130, 2, 2)
+    with pytest.raises(ValueError, match="window_size must be a pair of ints, got 5"):
+        bl_fa.flash_attn_func(q, k, v, window_size=5)
+    with pytest.raises(ValueError, match="qkv must be \\(B, S, 3, H, D\\), got shape "
+                                         "\\(1, 100, 2, 64\\)"):
+        bl_fa.flash_attn_qkvpacked_func(q)
+    with pytest.raises(ValueError, match="kv must be \\(B, Sk, 2, Hk, D\\)"):
+        bl_fa.flash_attn_kvpacked_func(q, torch.stack([k, v, v], dim=2))
+    with pytest.raises(TypeError, match="qkv must be a torch.Tensor, got list"):
+        bl_fa.flash_attn_qkvpacked_func([q, k, v])
+    with pytest.raises(ValueError, match="negl_prob must be in \\[0, 1\\), got 1.0"):
+        bl_fa.flash_attn_func(q, k, v, negl_prob=1.0)
+
+
+def test_deterministic():
+    """The CPU backward is deterministic, so deterministic=True runs; elsewhere it is refused
+    before any work (a meta tensor stands in for a CUDA one here; tests/gpu has the real one)."""
+    q, k, v = qkv(1, 100, 130, 2, 2)
+    dout = torch.randn(1, 100, 2, 64)
+    runs = [torch.autograd.grad(bl_fa.flash_attn_func(q, k, v, deterministic=True), (q, k, v),
+                                dout) for _ in range(2)]
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    meta = torch.empty(1, 100, 2, 64, device="meta")
+    with pytest.raises(NotImplementedError, match="deterministic=True is not available on meta"):
+        bl_fa.flash_attn_func(meta, meta, meta, deterministic=True)
+
+
+def test_exported_from_the_package():
+    from back_lite.integrations import flash_attn_func
+    assert flash_attn_func is bl_fa.flash_attn_func
+    assert back_lite.integrations.flash_attn is bl_fa
