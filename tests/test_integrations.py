@@ -352,6 +352,33 @@ def test_transformers_rejects_padding_and_dropout(hf):
         hf.back_lite_attention_forward(attn, q, kv, kv, None, dropout=0.1)
 
 
+def test_transformers_fallback_runs_padded_batches_on_sdpa(hf, spy):
+    """register(fallback="warn"): a padded batch (a mask reaches the attention) is computed by
+    transformers' SDPA attention, with a warning; an unpadded one still runs BackLite. Both give
+    the "sdpa" model's loss and gradients."""
+    name = hf.register(negl_prob=0.0, fallback="warn")
+    try:
+        ref, model = tiny_llama(hf, "sdpa"), tiny_llama(hf, name)
+        model.load_state_dict(ref.state_dict())
+        ids = torch.randint(0, 97, (2, 30), generator=torch.Generator().manual_seed(2))
+        padded = torch.ones_like(ids)
+        padded[0, :4] = 0
+        loss_ref = ref(ids, attention_mask=padded, labels=ids).loss
+        loss_ref.backward()
+        with pytest.warns(UserWarning, match="attention_mask of shape .* runs PyTorch"):
+            loss = model(ids, attention_mask=padded, labels=ids).loss
+        loss.backward()
+        assert not spy  # no layer ran BackLite
+        torch.testing.assert_close(loss, loss_ref, atol=1e-6, rtol=1e-6)
+        assert grad_rel_err(ref, model) < GRAD_RTOL
+        model(ids, attention_mask=torch.ones_like(ids))
+        assert len(spy) == 2  # without padding: BackLite in both layers
+        with pytest.raises(ValueError, match="fallback must be one of"):
+            hf.register(fallback="never")
+    finally:
+        hf.register()  # the defaults again, for the other tests
+
+
 def test_transformers_negl_prob_per_layer(hf, spy):
     name = hf.register(negl_prob=0.05)
     model = tiny_llama(hf, name)

@@ -21,8 +21,10 @@ builder, which returns no mask at all when the attention is plainly causal (or f
 is padded. A real mask (padding in a batch, sliding windows, packed sequences with a mask) reaches
 this function as a tensor, and it raises NotImplementedError saying so rather than ignoring it:
 BackLite computes full and causal attention only. Train on unpadded or packed-without-mask
-batches. Dropout on the attention probabilities is refused the same way (set attention_dropout
-to 0, the default of most configs).
+batches, or register(fallback="warn") (or "silent") to have such calls computed by transformers'
+SDPA attention instead. Dropout on the attention probabilities (set attention_dropout to 0, the
+default of most configs) and a dtype or head dim the device's backend lacks (on CUDA, head dims
+other than 64 and 128) are treated the same way.
 """
 from __future__ import annotations
 
@@ -31,17 +33,38 @@ from typing import Optional
 import torch
 
 from .. import _checks, functional
-from .sdpa import DEFAULT_NEGL_PROB
+from .sdpa import (DEFAULT_NEGL_PROB, check_fallback, report_fallback,
+                   unusable_backend_reason)
 
 try:
     import transformers  # noqa: F401 (the check that it is installed)
     from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import sdpa_mask
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("back_lite.integrations.transformers needs Hugging Face transformers "
                       "(>= 4.54, with AttentionInterface): pip install transformers") from exc
 
 NAME = "back_lite"
+
+
+def _fall_back_reason(module, query, key, attention_mask, dropout, kwargs) -> Optional[str]:
+    """Why this call is one for PyTorch's SDPA (transformers' "sdpa" function computes it
+    exactly), or None if BackLite computes it."""
+    if attention_mask is not None:
+        return (f"got an attention_mask of shape {tuple(attention_mask.shape)} (padding, a "
+                "sliding window or another custom mask); BackLite computes full or causal "
+                "attention only. Use batches without padding, another attn_implementation, or "
+                "register(fallback='warn')")
+    if dropout != 0.0:
+        return (f"attention dropout {dropout} is not supported; set the config's "
+                "attention_dropout to 0.0")
+    window = kwargs.get("sliding_window")
+    if window is not None and key.shape[2] > window:
+        return (f"sliding_window={window} with {key.shape[2]} keys is not supported (BackLite "
+                "computes full or causal attention)")
+    reason = functional.unsupported_reason(query.device, query.dtype, int(query.shape[-1]))
+    return reason if reason is not None else unusable_backend_reason(query.device)
 
 
 def back_lite_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -54,22 +77,11 @@ def back_lite_attention_forward(module: torch.nn.Module, query: torch.Tensor, ke
 
     negl_prob: if None, the module's `back_lite_negl_prob` attribute if it has one (set per
     layer), else the value given to register(). The causal flag is `is_causal` when transformers
-    passes it, else the module's own `is_causal` (True for decoders)."""
-    if attention_mask is not None:
-        raise NotImplementedError(
-            f"BackLite attention ({type(module).__name__}): got an attention_mask of shape "
-            f"{tuple(attention_mask.shape)} (padding, a sliding window or another custom mask); "
-            "BackLite computes full or causal attention only. Use batches without padding, or "
-            "another attn_implementation for this model")
-    if dropout != 0.0:
-        raise NotImplementedError(
-            f"BackLite attention ({type(module).__name__}): attention dropout {dropout} is not "
-            "supported; set the config's attention_dropout to 0.0")
-    window = kwargs.get("sliding_window")
-    if window is not None and key.shape[2] > window:
-        raise NotImplementedError(
-            f"BackLite attention ({type(module).__name__}): sliding_window={window} with "
-            f"{key.shape[2]} keys is not supported (BackLite computes full or causal attention)")
+    passes it, else the module's own `is_causal` (True for decoders). A call BackLite cannot
+    compute (a mask, dropout, a sliding window that binds, a dtype or head dim the device's
+    backend lacks) raises, or with register(fallback="warn" / "silent") runs transformers' SDPA
+    attention; soft-capping, attention sinks and returned weights always raise (SDPA has none of
+    them either)."""
     for unsupported in ("softcap", "s_aux", "sinks"):
         if kwargs.get(unsupported) is not None:
             raise NotImplementedError(
@@ -78,6 +90,11 @@ def back_lite_attention_forward(module: torch.nn.Module, query: torch.Tensor, ke
     if kwargs.get("output_attentions", False):
         raise NotImplementedError("BackLite attention does not return attention weights "
                                   "(output_attentions=True); use attn_implementation='eager'")
+    reason = _fall_back_reason(module, query, key, attention_mask, dropout, kwargs)
+    if reason is not None:
+        report_fallback(f"attention of {type(module).__name__}", reason, _registered_fallback)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
     if negl_prob is None:
         negl_prob = getattr(module, "back_lite_negl_prob", _registered_negl_prob)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -90,15 +107,21 @@ def back_lite_attention_forward(module: torch.nn.Module, query: torch.Tensor, ke
 
 
 _registered_negl_prob = DEFAULT_NEGL_PROB
+_registered_fallback = "error"
 
 
-def register(negl_prob: float = DEFAULT_NEGL_PROB, name: str = NAME) -> str:
+def register(negl_prob: float = DEFAULT_NEGL_PROB, name: str = NAME,
+             fallback: str = "error") -> str:
     """Registers BackLite under `name` in transformers' AttentionInterface (the attention) and
     AttentionMaskInterface (the sdpa mask builder, so that plain causal attention gets no mask).
     negl_prob becomes the default of every layer (a module's `back_lite_negl_prob` attribute
-    overrides it). Returns the name to pass as attn_implementation."""
-    global _registered_negl_prob
-    _registered_negl_prob = _checks.negl_prob(negl_prob)
+    overrides it). fallback: what a call BackLite cannot compute does -- "error" (raise
+    NotImplementedError), "warn" or "silent" (transformers' SDPA attention computes it, with or
+    without a warning); see back_lite_attention_forward. Returns the name to pass as
+    attn_implementation."""
+    global _registered_negl_prob, _registered_fallback
+    negl_prob, fallback = _checks.negl_prob(negl_prob), check_fallback(fallback)  # both, first
+    _registered_negl_prob, _registered_fallback = negl_prob, fallback
     AttentionInterface.register(name, back_lite_attention_forward)
     AttentionMaskInterface.register(name, sdpa_mask)
     return name
