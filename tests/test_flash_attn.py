@@ -151,3 +151,37 @@ def test_compiles_fullgraph():
     for a, b in zip(torch.autograd.grad(got, (q, k, v), dout),
                     torch.autograd.grad(want, (q, k, v), dout)):
         assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------- FlashAttention-3
+
+def test_fa3_signature_matches_the_reference():
+    from back_lite.integrations import flash_attn3 as bl_fa3
+    q, k, v = qkv(1, 70, 200, 4, 2)
+    out = bl_fa3.flash_attn_func(q, k, v, 0.1, True, num_splits=4, pack_gqa=True, sm_margin=8,
+                                 negl_prob=0.0)  # scheduling knobs: no effect
+    out2, lse = bl_fa3.flash_attn_func(q, k, v, softmax_scale=0.1, causal=True,
+                                       window_size=(None, None), return_attn_probs=True,
+                                       negl_prob=0.0)
+    assert torch.equal(out, out2)
+    dout = torch.randn_like(out)
+    out64, lse64, grads64 = reference(q, k, v, dout, 0.1, True)
+    torch.testing.assert_close(out.double(), out64, atol=ATOL, rtol=0)
+    torch.testing.assert_close(lse.double(), lse64, atol=ATOL, rtol=0)
+    for g, g64 in zip(torch.autograd.grad(out, (q, k, v), dout), grads64):
+        torch.testing.assert_close(g.double(), g64, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(qv=torch.zeros(1)), "qv=<tensor of shape \\(1,\\)> is not supported"),
+    (dict(q_descale=torch.ones(1)), "q_descale=.* no fp8"),
+    (dict(v_descale=torch.ones(1)), "v_descale=.* no fp8"),
+    (dict(attention_chunk=256), "attention_chunk=256 is not supported"),
+    (dict(softcap=15.0), "softcap=15.0"),
+    (dict(window_size=(32, 0)), "sliding window of 32 keys"),
+])
+def test_fa3_refusals(kwargs, needle):
+    from back_lite.integrations import flash_attn3 as bl_fa3
+    q, k, v = qkv(1, 100, 130, 2, 2)
+    with pytest.raises(NotImplementedError, match=needle):
+        bl_fa3.flash_attn_func(q, k, v, **kwargs)

@@ -35,16 +35,22 @@ def _fail(argument: str, value, why: str) -> None:
     raise NotImplementedError(f"BackLite flash_attn_func: {argument}={value!r} {why}")
 
 
+def _refuse_unless(condition: bool, argument: str, value, why: str) -> None:
+    if not condition:
+        _fail(argument, value, why)
+
+
 def _causal_band(causal: bool, window_size, seqlen_q: int, seqlen_k: int) -> bool:
     """flash_attn's (causal, window_size) as BackLite's causal flag. Query i sees the keys in
     [i + Sk - Sq - left, i + Sk - Sq + right] (a negative bound: unbounded); causal=True sets
     right = 0. A left bound no row reaches (left >= Sk - 1) and a right one none reaches
     (right >= Sq - 1) restrict nothing; right = 0 is the causal band."""
     if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or not all(isinstance(w, numbers.Integral) for w in window_size)):
+            or not all(w is None or isinstance(w, numbers.Integral) for w in window_size)):
         raise ValueError(f"BackLite flash_attn_func: window_size must be a pair of ints, got "
                          f"{window_size!r}")
-    left, right = (int(w) for w in window_size)
+    # (None, None) is how newer FlashAttention-3 builds spell (-1, -1)
+    left, right = (-1 if w is None else int(w) for w in window_size)
     if causal:
         right = 0
     if 0 <= left < seqlen_k - 1:
@@ -68,13 +74,33 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     q: (B, Sq, Hq, D), k and v: (B, Sk, Hk, D) -> out (B, Sq, Hq, D), or (out, softmax_lse,
     None) with return_attn_probs. negl_prob: the share of each 64-row query tile's softmax mass
     whose key tiles the backward may skip (0 = the dense backward)."""
-    if dropout_p != 0.0:
-        _fail("dropout_p", dropout_p, "is not supported (attention dropout must be 0.0)")
-    if softcap != 0.0:
-        _fail("softcap", softcap, "is not supported (logit soft-capping must be 0.0)")
-    if alibi_slopes is not None:
-        _fail("alibi_slopes", f"<tensor of shape {tuple(alibi_slopes.shape)}>",
-              "is not supported (ALiBi biases must be None)")
+    _refuse_unless(dropout_p == 0.0, "dropout_p", dropout_p,
+                   "is not supported (attention dropout must be 0.0)")
+    _refuse_unless(alibi_slopes is None, "alibi_slopes", _described(alibi_slopes),
+                   "is not supported (ALiBi biases must be None)")
+    out, lse = _attention(q, k, v, softmax_scale, causal, window_size, softcap, deterministic,
+                         negl_prob)
+    return (out, lse, None) if return_attn_probs else out
+
+
+class _TensorShape:
+    """How a refused tensor argument is shown in the message: its shape, not its values."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.shape = tuple(tensor.shape)
+
+    def __repr__(self) -> str:
+        return f"<tensor of shape {self.shape}>"
+
+
+def _described(value):
+    return _TensorShape(value) if isinstance(value, torch.Tensor) else value
+
+
+def _attention(q, k, v, softmax_scale, causal, window_size, softcap, deterministic, negl_prob):
+    """What FlashAttention 2 and 3's flash_attn_func have in common, on BackLite: (out, lse)."""
+    _refuse_unless(softcap == 0.0, "softcap", softcap,
+                   "is not supported (logit soft-capping must be 0.0)")
     if deterministic and isinstance(q, torch.Tensor) and q.device.type != "cpu":
         _fail("deterministic", True, f"is not available on {q.device}: only the CPU backend's "
               "backward is deterministic (the CUDA backward sums dq in the order its CTAs "
@@ -83,7 +109,7 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     causal = _causal_band(_checks.causal(causal), window_size, q.shape[1], k.shape[1])
     out, lse, _ = functional.attention(q, k, v, negl_prob=negl_prob, scale=softmax_scale,
                                        causal=causal)
-    return (out, lse, None) if return_attn_probs else out
+    return out, lse
 
 
 def _unpack(name: str, packed: torch.Tensor, parts: int, layout: str):

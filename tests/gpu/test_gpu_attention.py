@@ -656,6 +656,10 @@ def test_gpu_flash_attn_func():
     torch.testing.assert_close(got_grads[0], want_grads[0], rtol=2 * eps, atol=1e-5)
     with pytest.raises(NotImplementedError, match="deterministic=True is not available on cuda"):
         bl_fa.flash_attn_func(q, k, v, deterministic=True)
+    from back_lite.integrations import flash_attn3 as bl_fa3
+    out3, lse3 = bl_fa3.flash_attn_func(q, k, v, causal=True, return_attn_probs=True,
+                                        negl_prob=0.1)
+    assert torch.equal(out3, want) and torch.equal(lse3, want_lse)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
