@@ -13,6 +13,7 @@ tile mass W and block masks (B, Hq, Tm, Tn) with (Tm, Tn) = (ceil(Sq/TM), ceil(S
 """
 from __future__ import annotations
 
+import numbers
 from typing import Optional
 
 import torch
@@ -43,6 +44,10 @@ def unsupported_reason(device: torch.device | str, dtype: torch.dtype,
     dim up to 256; CUDA: bf16 / fp16 at head dims 64 and 128. Whether the backend is usable on
     this machine is backend_available's to say. Traceable by torch.compile (no library call for
     valid head dims: their answers are read at import)."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral):
+        raise TypeError(f"BackLite: head_dim must be an int, got {head_dim!r}")
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"BackLite: dtype must be a torch.dtype, got {dtype!r}")
     device = torch.device(device)
     if device.type not in ("cpu", "cuda"):
         return f"BackLite has no backend for tensors on {device} (cpu or cuda only)"

@@ -59,3 +59,13 @@ def test_cuda_rule():
         for head_dim in (64, 80, 128):
             reason = functional.unsupported_reason("cuda", torch.bfloat16, head_dim)
             assert "not compiled" in reason
+
+
+@pytest.mark.parametrize("dtype,head_dim,needle", [
+    (torch.float32, 64.5, "head_dim must be an int, got 64.5"),
+    (torch.float32, True, "head_dim must be an int, got True"),
+    ("float32", 64, "dtype must be a torch.dtype, got 'float32'"),
+])
+def test_bad_arguments(dtype, head_dim, needle):
+    with pytest.raises(TypeError, match=needle):
+        back_lite.backend_supports("cpu", dtype, head_dim)
