@@ -1125,8 +1125,8 @@ extern "C" int bl_cuda_available(void) {
     return major == 9 && minor == 0;
 }
 
-// What the kernels are built for: bf16 / fp16 at head dims 64 and 128 (the forward's, the
-// selection's and the backward's instantiations). Needs no device (bl_supports).
+// What the kernels are built for: bf16 / fp16 at head dims 64 and 128 (the forward's and the
+// backward's instantiations; the selection reads only W). Needs no device (bl_supports).
 extern "C" bl_status bl_cuda_supports(const char *fn, bl_dtype dtype, int64_t head_dim) {
     if (dtype != BL_DTYPE_BF16 && dtype != BL_DTYPE_F16)
         return bl_set_error(BL_ERR_UNSUPPORTED,
