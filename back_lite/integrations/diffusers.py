@@ -33,8 +33,8 @@ import inspect
 import torch
 
 from .. import _checks, functional
-from .sdpa import (DEFAULT_NEGL_PROB, check_fallback, report_fallback, sdpa_through_back_lite,
-                   unusable_backend_reason)
+from .sdpa import (DEFAULT_NEGL_PROB, backend_reason, check_fallback, report_fallback,
+                   sdpa_through_back_lite)
 
 try:
     import diffusers  # noqa: F401 (the check that it is installed)
@@ -55,6 +55,8 @@ class BackLiteAttnProcessor:
     fallback: what a call BackLite cannot compute does (module doc): "error", "warn" or
     "silent". A masked call then runs AttnProcessor2_0 whole; a call whose q / k / v the backend
     cannot take runs PyTorch's scaled_dot_product_attention on them, with attn.scale."""
+
+    fallback = "error"  # (also what a processor pickled before it had the attribute gets)
 
     def __init__(self, negl_prob: float = DEFAULT_NEGL_PROB, fallback: str = "error"):
         self.negl_prob = _checks.negl_prob(negl_prob)
@@ -100,9 +102,7 @@ class BackLiteAttnProcessor:
         if attn.norm_k is not None:
             key = attn.norm_k(key)
 
-        reason = functional.unsupported_reason(query.device, query.dtype, head_dim)
-        if reason is None:
-            reason = unusable_backend_reason(query.device)
+        reason = backend_reason(query.device, query.dtype, head_dim)
         if reason is None:
             out, _, _ = functional.attention(query, key, value, negl_prob=self.negl_prob,
                                              scale=attn.scale)

@@ -125,6 +125,13 @@ def unusable_backend_reason(device: torch.device) -> Optional[str]:
     return f"BackLite has no usable backend for tensors on {device}"
 
 
+def backend_reason(device: torch.device, dtype: torch.dtype, head_dim: int) -> Optional[str]:
+    """None if BackLite computes q / k / v of this dtype and head dim on `device` here, else why
+    not: a kind the device's backend lacks, or no usable backend."""
+    reason = functional.unsupported_reason(device, dtype, head_dim)
+    return reason if reason is not None else unusable_backend_reason(device)
+
+
 class _Router:
     """The function installed as torch.nn.functional.scaled_dot_product_attention while patched:
     calls BackLite with the innermost active settings of this thread, else PyTorch."""

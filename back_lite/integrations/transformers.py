@@ -33,8 +33,7 @@ from typing import Optional
 import torch
 
 from .. import _checks, functional
-from .sdpa import (DEFAULT_NEGL_PROB, check_fallback, report_fallback,
-                   unusable_backend_reason)
+from .sdpa import DEFAULT_NEGL_PROB, backend_reason, check_fallback, report_fallback
 
 try:
     import transformers  # noqa: F401 (the check that it is installed)
@@ -48,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 NAME = "back_lite"
 
 
-def _fall_back_reason(module, query, key, attention_mask, dropout, kwargs) -> Optional[str]:
+def _fall_back_reason(query, key, attention_mask, dropout, kwargs) -> Optional[str]:
     """Why this call is one for PyTorch's SDPA (transformers' "sdpa" function computes it
     exactly), or None if BackLite computes it."""
     if attention_mask is not None:
@@ -63,8 +62,7 @@ def _fall_back_reason(module, query, key, attention_mask, dropout, kwargs) -> Op
     if window is not None and key.shape[2] > window:
         return (f"sliding_window={window} with {key.shape[2]} keys is not supported (BackLite "
                 "computes full or causal attention)")
-    reason = functional.unsupported_reason(query.device, query.dtype, int(query.shape[-1]))
-    return reason if reason is not None else unusable_backend_reason(query.device)
+    return backend_reason(query.device, query.dtype, int(query.shape[-1]))
 
 
 def back_lite_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -90,7 +88,7 @@ def back_lite_attention_forward(module: torch.nn.Module, query: torch.Tensor, ke
     if kwargs.get("output_attentions", False):
         raise NotImplementedError("BackLite attention does not return attention weights "
                                   "(output_attentions=True); use attn_implementation='eager'")
-    reason = _fall_back_reason(module, query, key, attention_mask, dropout, kwargs)
+    reason = _fall_back_reason(query, key, attention_mask, dropout, kwargs)
     if reason is not None:
         report_fallback(f"attention of {type(module).__name__}", reason, _registered_fallback)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
