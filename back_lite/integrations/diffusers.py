@@ -23,8 +23,9 @@ device's backend lacks (on CUDA, head dims other than 64 and 128: the 40 / 80 / 
 Diffusion 1.x's UNet), a device without a usable backend (a GPU that is not an H100 / H200) --
 run PyTorch's attention instead, or raise, as `fallback` says: "error" (raise
 NotImplementedError; BackLiteAttnProcessor's default), "warn" (PyTorch computes the call, with a
-warning; use_back_lite's and BackLiteSDPAProcessor's default) or "silent". Diffusion transformers rarely mask their self-attention; text-conditioning
-cross-attention with a padding mask is the usual exception.
+warning; use_back_lite's and BackLiteSDPAProcessor's default) or "silent". Diffusion
+transformers rarely mask their self-attention; text-conditioning cross-attention with a padding
+mask is the usual exception.
 """
 from __future__ import annotations
 
