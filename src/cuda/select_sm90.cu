@@ -475,16 +475,16 @@ bl_select_warp_kernel(const float *__restrict__ w_all, int64_t rows, int tn, dou
     // its own: kept out of the one-row form, it would cost that form registers -- 64 -> 80 a
     // thread at E = 8 -- and so occupancy.)
     const int64_t first = (int64_t)blockIdx.x * SEL_WARP_ROWS + wid;
-    if (!STRIDE) {
+    if constexpr (!STRIDE) {
         if (first < rows)
             select_warp_row_any<E>(w_all + first * tn, tn, negl_prob, mask_all + first * tn,
                                    s_share[wid], s_w[wid], lane);
-        return;
-    }
-    for (int64_t row = first; row < rows; row += (int64_t)gridDim.x * SEL_WARP_ROWS) {
-        __syncwarp();  // the last row's w / share are read
-        select_warp_row_any<E>(w_all + row * tn, tn, negl_prob, mask_all + row * tn, s_share[wid],
-                               s_w[wid], lane);
+    } else {
+        for (int64_t row = first; row < rows; row += (int64_t)gridDim.x * SEL_WARP_ROWS) {
+            __syncwarp();  // the last row's w / share are read
+            select_warp_row_any<E>(w_all + row * tn, tn, negl_prob, mask_all + row * tn,
+                                   s_share[wid], s_w[wid], lane);
+        }
     }
 }
 
