@@ -19,7 +19,7 @@ import sys
 from importlib import metadata
 
 # The ABI this binding was written for; must equal BL_ABI_VERSION in include/backlite.h.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # bl_status (include/backlite.h)
 BL_OK = 0
@@ -30,6 +30,7 @@ BL_ERR_WORKSPACE = 4
 BL_ERR_OUT_OF_MEMORY = 5
 BL_ERR_CUDA = 6
 BL_ERR_INTERNAL = 7
+BL_ERR_NOT_DETERMINISTIC = 8
 
 # bl_dtype
 BL_DTYPE_F32 = 0
@@ -79,6 +80,7 @@ class BlAttnDesc(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        ("deterministic", ctypes.c_int),
     ]
 
 

@@ -152,43 +152,51 @@ def _launch_forward(q, k, v, scale, causal, out, lse, tile_mass) -> None:
         _lib.check(status, "bl_forward")
 
 
-# What makes the CUDA backward nondeterministic, for torch.use_deterministic_algorithms.
-_NONDETERMINISTIC_BACKWARD = (
-    "BackLite's CUDA backward has no deterministic implementation of dq: it is summed by fp32 "
-    "reduce-adds from the CTAs of many key tiles in the order they finish, so it may differ "
-    "between calls by rounding (out, lse, W, dk and dv do not; the CPU backend is deterministic)")
+def determinism_required(device: torch.device) -> bool:
+    """Whether a backward on `device` runs in its deterministic form (bl_attn_desc::
+    deterministic): where torch.use_deterministic_algorithms(True) is set and the device is
+    CUDA. The CPU backend is deterministic in every form, so it is left as it is."""
+    return device.type == "cuda" and torch.are_deterministic_algorithms_enabled()
 
 
-def alert_nondeterministic_backward(device: torch.device) -> None:
-    """Honours torch.use_deterministic_algorithms as PyTorch's own nondeterministic kernels do:
-    a backward on `device` raises RuntimeError where determinism is required, and warns where it
-    is required with warn_only=True. Only CUDA's dq is nondeterministic (README,
-    Reproducibility). Called before any launch, so a refused call writes nothing."""
-    if device.type != "cuda" or not torch.are_deterministic_algorithms_enabled():
-        return
+def no_deterministic_form(reason: str) -> None:
+    """A backward that torch.use_deterministic_algorithms wants deterministic and that has no
+    deterministic form (`reason`: the library's): raises RuntimeError, or warns under
+    warn_only=True, as PyTorch's own nondeterministic kernels do; the caller then runs the
+    fastest form, whose dq may differ between calls by rounding (README, Reproducibility)."""
+    what = ("BackLite's CUDA backward has no deterministic form for this call "
+            f"({reason}); its fastest form sums dq by fp32 reduce-adds in the order the key "
+            "tiles' CTAs finish, so dq may differ between calls by rounding")
     if torch.is_deterministic_algorithms_warn_only_enabled():
-        warnings.warn(f"{_NONDETERMINISTIC_BACKWARD}; it runs because "
-                      "torch.use_deterministic_algorithms(True, warn_only=True) is set.",
-                      UserWarning, stacklevel=2)
+        warnings.warn(f"{what}. It runs because torch.use_deterministic_algorithms(True, "
+                      "warn_only=True) is set.", UserWarning, stacklevel=3)
         return
-    raise RuntimeError(f"{_NONDETERMINISTIC_BACKWARD}, but torch.use_deterministic_algorithms"
-                       "(True) is set. Use torch.use_deterministic_algorithms(True, "
-                       "warn_only=True) to run it anyway, or turn determinism off around the "
+    raise RuntimeError(f"{what}, but torch.use_deterministic_algorithms(True) is set. Use "
+                       "warn_only=True to run it anyway, or turn determinism off around the "
                        "backward.")
 
 
 def _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
                      dq, dk, dv) -> None:
-    alert_nondeterministic_backward(q.device)
     desc = _desc(q, k, scale, causal)
     uses_stats = mask is None and negl_prob > 0.0
     if not uses_stats:
         tile_mass = None  # dense or explicit mask: the tile mass is not read
+    desc.deterministic = int(determinism_required(q.device))
     with _on_device(desc, q.device, _lib.BL_OP_BACKWARD, uses_stats):
-        status = _lib.lib.bl_backward(
-            ctypes.byref(desc), _view(q), _view(k), _view(v), _view(out), _view(dout), _ptr(lse),
-            _ptr(tile_mass), ctypes.c_float(negl_prob), _ptr(mask),  # torch.bool is 1 byte
-            _view(dq), _view(dk), _view(dv))
+        def call():
+            return _lib.lib.bl_backward(
+                ctypes.byref(desc), _view(q), _view(k), _view(v), _view(out), _view(dout),
+                _ptr(lse), _ptr(tile_mass), ctypes.c_float(negl_prob),
+                _ptr(mask),  # torch.bool is 1 byte
+                _view(dq), _view(dk), _view(dv))
+
+        status = call()
+        if status == _lib.BL_ERR_NOT_DETERMINISTIC:
+            # (the library refuses such a call before it writes dq, dk or dv)
+            no_deterministic_form(_lib.last_error())
+            desc.deterministic = 0
+            status = call()
         _lib.check(status, "bl_backward")
 
 

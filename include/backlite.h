@@ -33,7 +33,7 @@ extern "C" {
 #define BL_VERSION_PATCH 0
 /* ABI version: bumped whenever a struct layout or a signature below changes; the Python loader
  * refuses a library whose bl_abi_version() differs from the one it was written for. */
-#define BL_ABI_VERSION 1
+#define BL_ABI_VERSION 2
 
 /* Tile granularity of the statistics and of the sparse backward (DESIGN §1). */
 #define BL_TILE_M 64  /* query rows per row tile */
@@ -50,7 +50,8 @@ typedef enum bl_status {
     BL_ERR_WORKSPACE = 4,        /* workspace missing or smaller than bl_workspace_size */
     BL_ERR_OUT_OF_MEMORY = 5,    /* host allocation failed (CPU backend scratch) */
     BL_ERR_CUDA = 6,             /* a CUDA call or kernel launch failed */
-    BL_ERR_INTERNAL = 7
+    BL_ERR_INTERNAL = 7,
+    BL_ERR_NOT_DETERMINISTIC = 8 /* desc->deterministic = 1, but this call has no such form */
 } bl_status;
 
 typedef enum bl_dtype {
@@ -84,6 +85,13 @@ typedef struct bl_attn_desc {
     void *stream;       /* CUDA: cudaStream_t (NULL = legacy default stream); CPU: ignored */
     void *workspace;    /* CUDA: device scratch of >= bl_workspace_size bytes; CPU: ignored */
     size_t workspace_bytes;
+    /* Backward, 0 or 1. 1: dq, dk and dv come out the same bits in every call with the same
+     * inputs -- on CUDA by the deterministic form (dq by row tiles, each summed in key order by
+     * one CTA; a call it cannot run, past ~2.6M keys at head dim 128 or ~3.2M at 64, returns
+     * BL_ERR_NOT_DETERMINISTIC and writes no output); the CPU backend always is. 0: the fastest
+     * form, where CUDA sums dq by fp32 reduce-adds in the order the key tiles' CTAs finish, so
+     * its bits may differ between calls. The forward and selection always are deterministic. */
+    int deterministic;
 } bl_attn_desc;
 
 /* A (B, S, H, D) tensor: element (b, s, h, d) is at data[b*stride_b + s*stride_s + h*stride_h + d]. */

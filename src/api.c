@@ -72,6 +72,9 @@ static bl_status check_desc(const char *fn, const bl_attn_desc *d) {
     if (d->causal != 0 && d->causal != 1)
         return bl_set_error(BL_ERR_INVALID_ARGUMENT, "%s: desc->causal must be 0 or 1, got %d",
                             fn, d->causal);
+    if (d->deterministic != 0 && d->deterministic != 1)
+        return bl_set_error(BL_ERR_INVALID_ARGUMENT,
+                            "%s: desc->deterministic must be 0 or 1, got %d", fn, d->deterministic);
     /* Every tensor, lse and W must be addressable with int64 element offsets. */
     const int64_t rows_q = bounded_product(bounded_product(d->batch, d->seqlen_q), d->heads_q);
     const int64_t rows_k = bounded_product(bounded_product(d->batch, d->seqlen_k), d->heads_k);

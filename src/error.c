@@ -32,6 +32,7 @@ const char *bl_status_string(bl_status s) {
     case BL_ERR_OUT_OF_MEMORY: return "out of host memory";
     case BL_ERR_CUDA: return "CUDA error";
     case BL_ERR_INTERNAL: return "internal error";
+    case BL_ERR_NOT_DETERMINISTIC: return "no deterministic form";
     }
     return "unknown status";
 }

@@ -1,36 +1,55 @@
-"""torch.use_deterministic_algorithms: the CPU backward is deterministic and runs under it
-silently; the CUDA backward's dq is not (README, Reproducibility), so a CUDA backward raises
-under it, or warns with warn_only=True. The CUDA path end to end is in tests/gpu; here its check
-runs on a torch.device("cuda") object, which needs no device."""
+"""torch.use_deterministic_algorithms. The CPU backend is deterministic in every form and runs
+under it silently. A CUDA backward then runs its deterministic form (bl_attn_desc::deterministic),
+and where a call has none (millions of keys) it raises, or warns with warn_only=True, and runs
+the fastest form. The CUDA paths end to end are in tests/gpu; here the pieces that need no
+device."""
+import ctypes
 import warnings
 
 import pytest
 import torch
 
 import back_lite
-from back_lite import ops
+from back_lite import _lib, ops
 from determinism import deterministic_algorithms
 from inputs import random_qkv
 
 
-def test_cuda_backward_is_refused_where_determinism_is_required():
+@pytest.mark.parametrize("on", [False, True])
+def test_the_deterministic_form_is_asked_of_cuda_only(on):
+    with deterministic_algorithms(on):
+        assert ops.determinism_required(torch.device("cuda", 0)) is on
+        assert not ops.determinism_required(torch.device("cpu"))
+
+
+def test_a_call_without_a_deterministic_form_is_refused():
     with deterministic_algorithms(), \
-            pytest.raises(RuntimeError, match=r"dq.*use_deterministic_algorithms\(True\)"):
-        ops.alert_nondeterministic_backward(torch.device("cuda", 0))
+            pytest.raises(RuntimeError, match=r"no deterministic form.*\(seqlen_k = 3300000\).*"
+                                              r"use_deterministic_algorithms\(True\)"):
+        ops.no_deterministic_form("seqlen_k = 3300000")
 
 
-def test_cuda_backward_warns_under_warn_only():
+def test_a_call_without_a_deterministic_form_warns_under_warn_only():
     with deterministic_algorithms(warn_only=True), \
-            pytest.warns(UserWarning, match=r"no deterministic implementation of dq.*warn_only"):
-        ops.alert_nondeterministic_backward(torch.device("cuda"))
+            pytest.warns(UserWarning,
+                         match=r"no deterministic form.*\(seqlen_k = 3300000\).*warn_only"):
+        ops.no_deterministic_form("seqlen_k = 3300000")
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_no_alert_without_determinism_or_on_the_cpu(device):
-    # the CPU is checked with determinism on, CUDA with it off
-    with deterministic_algorithms(device == "cpu"), warnings.catch_warnings():
-        warnings.simplefilter("error")
-        ops.alert_nondeterministic_backward(torch.device(device))
+def test_the_descriptor_field_reaches_the_library():
+    """bl_attn_desc::deterministic through ctypes (BlAttnDesc mirrors the C struct): the library
+    validates the value it reads there, so a wrong offset would not name the field."""
+    q = torch.zeros(1, 64, 2, 64)
+    desc = ops._desc(q, q, 0.125, False)
+    tm, tn = ctypes.c_int64(), ctypes.c_int64()
+    for value in (0, 1):
+        desc.deterministic = value
+        _lib.check(_lib.lib.bl_num_tiles(ctypes.byref(desc), ctypes.byref(tm), ctypes.byref(tn)),
+                   "bl_num_tiles")
+    desc.deterministic = 2
+    with pytest.raises(ValueError, match=r"desc->deterministic must be 0 or 1, got 2"):
+        _lib.check(_lib.lib.bl_num_tiles(ctypes.byref(desc), ctypes.byref(tm), ctypes.byref(tn)),
+                   "bl_num_tiles")
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -215,18 +215,25 @@ bl_status launch_rows80(const bwd_params &p, r80_entries entries, int64_t num_co
     return BL_OK;
 }
 
+// The dq-rows kernel's shared memory for a call (its key tiles' step list grows with Tn), and
+// whether the SM has that much (227 KB).
+constexpr size_t DQR_MAX_SMEM = 232448;
+size_t dqrows_smem(int64_t head_dim, int64_t tiles_n) {
+    return head_dim == 64 ? dqr_smem<64>::bytes(tiles_n) : dqr_smem<128>::bytes(tiles_n);
+}
+
 // The dq-rows kernel (bwd_dqrows_sm90.cuh): one CTA per (b, q head, row tile).
-template <typename T>
+template <typename T, int D>
 bl_status launch_dqrows(const dqrows_params &rp, cudaStream_t stream) {
     const bl_bwd_dims &dm = rp.dm;
-    const size_t smem = dqr_smem::bytes(dm.tiles_n);
-    if (smem > 232448)
+    const size_t smem = dqrows_smem(D, dm.tiles_n);
+    if (smem > DQR_MAX_SMEM)
         return bl_set_error(BL_ERR_UNSUPPORTED, "dq-rows kernel: %lld key tiles need %zu bytes of "
                             "shared memory", (long long)dm.tiles_n, smem);
-    BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_dqrows_kernel<T>,
+    BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_dqrows_kernel<T, D>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t grid = dm.batch * dm.heads_q * dm.tiles_m;
-    bwd_dqrows_kernel<T><<<(unsigned)grid, DQR_THREADS, smem, stream>>>(rp);
+    bwd_dqrows_kernel<T, D><<<(unsigned)grid, DQR_THREADS, smem, stream>>>(rp);
     BL_CUDA_CHECK_LAUNCH("bwd_dqrows_kernel");
     return BL_OK;
 }
@@ -348,6 +355,17 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
         bl_make_tensor_map(&p.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dk, dk, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16) &&
         bl_make_tensor_map(&p.tm_dv, dv, dm.batch, dm.seqlen_k, dm.heads_k, d->head_dim, BN, bf16);
+    // The dq-rows path: the deterministic form (bl_attn_desc::deterministic), or the dev variant
+    // DQ_ROWS (head dim 128). dq by the dq-rows kernel (64-key K / V boxes, dq as a 16-bit tensor
+    // map), one CTA a row tile summing its key tiles in order; dK / dV by one CTA a column, or
+    // a split call's parts summed in part order: no sum whose order depends on which CTA
+    // finishes first. At head dim 128 no dq accumulator and no preprocess: the dq-rows kernel
+    // first (it writes the Dlt / lse rows version 10 reads), then version 10 without its dQ, no
+    // 80-row kernels. At head dim 64 the call runs as usual (version 6's dQ goes to the
+    // accumulator, unread) and the dq-rows kernel in place of the postprocess.
+    const bool dq_rows_wanted =
+        tma_kv && dqrows_smem(d->head_dim, dm.tiles_n) <= DQR_MAX_SMEM &&
+        (d->deterministic || (g_variant == BL_BWD_VARIANT_DQ_ROWS && d->head_dim == 128));
     // Head-dim-128 calls run version 11 on 80-row entries, with Q / dO maps of 80-row boxes and
     // its own dq accumulator layouts: dense calls always; masked and selected calls where their
     // 80-row entries cost less than their 64-row ones (bl_bwd_rows80_cheaper): aligned entries,
@@ -358,18 +376,15 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // return at once; the postprocess reads the same choice (BL_DQ_CHOSEN, BL_DQ_PACKED). Dev
     // variants force a kernel (the 80-row one on aligned entries).
     bool rows80 =
-        d->head_dim == 128 && tma_kv &&
+        d->head_dim == 128 && tma_kv && !dq_rows_wanted &&
         (g_variant == BL_BWD_VARIANT_WGMMA || g_variant == BL_BWD_VARIANT_WS128_FEW_CTAS ||
          g_variant == BL_BWD_VARIANT_WS128_ROWS80) &&
         bl_make_tensor_map(&p.tm_q80, q, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16) &&
         bl_make_tensor_map(&p.tm_do80, dout, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim, BM80, bf16);
     const bool masked = tiles != NULL;
-    // Dev variant DQ_ROWS (head dim 128 with TMA): no dq accumulator and no preprocess; the
-    // dq-rows kernel (dq, and the Dlt / lse rows version 10 reads; 64-key K / V boxes, dq as a
-    // 16-bit tensor map), then version 10 without its dQ.
     dqrows_params rp;
     bool dq_rows = false;
-    if (g_variant == BL_BWD_VARIANT_DQ_ROWS && d->head_dim == 128 && tma_kv) {
+    if (dq_rows_wanted) {
         const int64_t D = d->head_dim;
         rp.tm_q = p.tm_q;
         rp.tm_do = p.tm_do;
@@ -389,6 +404,16 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                   bl_make_tensor_map(&rp.tm_v, v, dm.batch, dm.seqlen_k, dm.heads_k, D, DQR_KEYS, bf16) &&
                   bl_make_tensor_map(&rp.tm_dq, dq, dm.batch, dm.seqlen_q, dm.heads_q, D, DQR_ROWS, bf16);
     }
+    // Refused where nothing of the form can run: before any output is written (the selection,
+    // if any, wrote only the workspace).
+    if (d->deterministic && !dq_rows)
+        return bl_set_error(BL_ERR_NOT_DETERMINISTIC,
+                            "desc->deterministic = 1: the deterministic form needs q, k, v, dout "
+                            "and dq that TMA can describe (dims below 2^32, 16-byte aligned rows) "
+                            "and at most %zu bytes of shared memory for the key tiles' steps, got "
+                            "seqlen_k = %lld", DQR_MAX_SMEM, (long long)dm.seqlen_k);
+    const bool dq_rows_first = dq_rows && d->head_dim == 128;  // else after the main kernel
+
     for (int i = 0; rows80 && masked && i < 3; ++i) {
         const uint32_t box = (uint32_t)(R80_PACKED_BOX * (i + 1));
         rows80 = bl_make_tensor_map(&p.tm_qp[i], q, dm.batch, dm.seqlen_q, dm.heads_q,
@@ -421,7 +446,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // A masked call may use fewer of those parts, picked on the device from its totals.
     BL_TRY(bl_bwd_split_rule_make(dm, d->causal != 0, p.head_split, &p.split_rule));
     bl_dq_layout layout = BL_DQ_ROWS;
-    if (dq_rows)
+    if (dq_rows_first)
         layout = BL_DQ_NONE;
     else if (rows80 && !masked)
         layout = BL_DQ_TILES80;
@@ -451,7 +476,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
                                   stream));
     p.sched_rec_low = ws.sched_rec_low;
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
-    if (!dq_rows)
+    if (!dq_rows_first)
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, carveout, &ws,
                                         stream));
     p.dq_writers = ws.dq_writers;
@@ -459,8 +484,11 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.dq_direct = p.head_split == 1 && ws.dq_writers != NULL &&
                   bl_make_tensor_map(&p.tm_dq16, dq, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim,
                                      BM, bf16);
-    if (dq_rows)
-        BL_TRY(bf16 ? launch_dqrows<__nv_bfloat16>(rp, stream) : launch_dqrows<__half>(rp, stream));
+    if (dq_rows_first) {
+        const bl_status st = bf16 ? launch_dqrows<__nv_bfloat16, 128>(rp, stream)
+                                  : launch_dqrows<__half, 128>(rp, stream);
+        if (st != BL_OK) return st;
+    }
 
     if (rows80 && masked && !forced) {
         // The 64-row kernel first: the 80-row ones follow as programmatic dependents.
@@ -500,14 +528,19 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
             st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm)
                       : launch_main<__half, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm);
         else
-            st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows)
-                      : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm, dq_rows);
+            st = bf16 ? launch_main<__nv_bfloat16, 128>(p, tma_rows, tma_kv, num_cols, stream,
+                                                        &perm, dq_rows_first)
+                      : launch_main<__half, 128>(p, tma_rows, tma_kv, num_cols, stream, &perm,
+                                                 dq_rows_first);
         if (st != BL_OK) return st;
-        if (dq_rows && !perm)
+        if (dq_rows_first && !perm)
             return bl_set_error(BL_ERR_INTERNAL, "bl_cuda_backward: dq-rows path without version 10");
         layout = perm ? BL_DQ_ROWS_PERMUTED : BL_DQ_ROWS;
     }
-    if (dq_rows) return BL_OK;  // dq written by the dq-rows kernel
+    if (dq_rows_first) return BL_OK;  // dq written by the dq-rows kernel
+    if (dq_rows)  // head dim 64: dq by the dq-rows kernel, the accumulator left unread
+        return bf16 ? launch_dqrows<__nv_bfloat16, 64>(rp, stream)
+                    : launch_dqrows<__half, 64>(rp, stream);
 
     return bl_bwd_postprocess_launch(dm, d->dtype, d->scale, layout, p.dq_direct != 0, dq, &ws,
                                      stream);

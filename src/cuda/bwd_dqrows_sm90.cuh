@@ -1,28 +1,33 @@
-// bwd_dqrows_sm90.cuh -- dQ by row tiles, head dim 128 (the "dq-rows" path; dev variant
-// BL_BWD_VARIANT_DQ_ROWS while it is measured).
+// bwd_dqrows_sm90.cuh -- dQ by row tiles (the "dq-rows" path), head dim 128 or 64: the
+// deterministic form's dQ (bl_attn_desc::deterministic: each row tile's sum in key order, by one
+// CTA), and the dev variant BL_BWD_VARIANT_DQ_ROWS, which runs it on head-dim-128 calls to
+// measure it.
 //
 // Why: the main kernels walk key tiles and add each entry's dQ into an fp32 accumulator that the
 // preprocess zeroes and the postprocess converts; at 1 % kept that accumulator moves ~540 of a
 // call's ~990 MB (bench/notes-bwd.md, eighteenth session). Here each CTA owns one 64-row tile of
 // one query head, walks the key tiles its mask row keeps, recomputes S and dP for them and keeps
 // dQ in registers: no accumulator, no zeros, no conversion, at the price of two more products
-// per kept tile (S = Q K^T and dP = dO V^T, which the main kernel computes too). The main kernel
-// then runs without its dQ (bwd_ws128_kernel<T, false>).
+// per kept tile (S = Q K^T and dP = dO V^T, which the main kernel computes too). At head dim 128
+// the main kernel then runs without its dQ (bwd_ws128_kernel<T, false>); at head dim 64, where
+// version 6 has no such form, the deterministic call runs version 6 as usual (its dQ summed in
+// the accumulator, unread) and this kernel in place of the postprocess.
 //
-// One warpgroup per CTA (three CTAs per SM with the one-stage ring), warp w owning query rows 16w..16w+15. Per step of 64
-// keys (half a key tile; a key tile's second half is skipped past Sk and above the causal
-// diagonal):
+// One warpgroup per CTA (three CTAs per SM with the one-stage ring), warp w owning query rows
+// 16w..16w+15. Per step of 64 keys (half a key tile; a key tile's second half is skipped past Sk
+// and above the causal diagonal):
 //   S  (64 queries x 64 keys) = Q K^T     SS, both K-major
 //   dP (64 x 64)              = dO V^T    SS, both K-major
 //   P = exp2(S * scale*log2e - lse*log2e) (masked), dS = P * (dP - Dlt)
-//   dQ (64 x 128)            += dS K      RS (dS from registers), K MN-major
+//   dQ (64 x D)              += dS K      RS (dS from registers), K MN-major
 // Thread 0 loads Q / dO once and each step's K / V with TMA into a DQR_STAGES-deep ring; the
-// tile's dQ (times scale, in T) leaves through shared memory by two TMA stores, zeros where the
-// mask keeps nothing.
+// tile's dQ (times scale, in T) leaves through shared memory by a TMA store per 64-column panel,
+// zeros where the mask keeps nothing.
 // The kernel also does the preprocess's work for the rows of its tile where it keeps a key tile
 // (the only rows whose Dlt / lse the main kernel reads): Dlt = rowsum(dO * out) from the dO tile
 // in shared memory and `out` read here, lse_log2 from lse, both written to the workspace for
-// version 10, which runs after it. So a call on this path has no preprocess and no postprocess.
+// version 10, which runs after it. So a head-dim-128 call on this path has no preprocess and no
+// postprocess.
 #pragma once
 #include "bwd_ws128_sm90.cuh"
 
@@ -54,12 +59,14 @@ constexpr int DQR_KEYS = 64;     // keys per step
 constexpr int DQR_STAGES = BL_DQR_STAGES;
 // CTAs per SM: shared memory holds two with a two-deep ring, three with one.
 constexpr int DQR_MIN_CTAS = DQR_STAGES == 1 ? 3 : 2;
-constexpr int DQR_D = 128;
 static_assert(DQR_ROWS == BM && BN == 2 * DQR_KEYS, "a step is half a key tile of one row tile");
 
+// D: the head dim, 128 or 64 (one or two 64-column panels a tile).
+template <int D>
 struct dqr_smem {
+    static_assert(D == 64 || D == 128, "head dims of one or two panels");
     static constexpr uint32_t PANEL = 64 * PANEL_ROW_BYTES;   // 64 rows x 64 columns: 8 KB
-    static constexpr uint32_t TILE = 2 * PANEL;               // 64 rows x D = 128
+    static constexpr uint32_t TILE = D / PANEL_COLS * PANEL;  // 64 rows x D
     static constexpr uint32_t Q = 0;                          // also the dQ staging at the end
     static constexpr uint32_t DO = Q + TILE;
     static constexpr uint32_t KV = DO + TILE;                 // stage s: K at KV + 2s TILE, V next
@@ -112,21 +119,23 @@ __device__ __forceinline__ int dqr_build_steps(const dqrows_params &p, int64_t b
 }
 
 // TMA of step j's K and V (64 keys from `key0`, kv head g, batch b) into the ring's stage.
+template <int D>
 __device__ __forceinline__ void dqr_load_kv(const dqrows_params &p, uint32_t sK, uint32_t bar,
                                             int64_t b, int64_t g, int64_t key0) {
-    mbarrier_arrive_expect_tx(bar, 2 * dqr_smem::TILE);
+    using L = dqr_smem<D>;
+    mbarrier_arrive_expect_tx(bar, 2 * L::TILE);
 #pragma unroll
-    for (int panel = 0; panel < DQR_D / PANEL_COLS; ++panel) {
-        tma_load_4d(sK + panel * dqr_smem::PANEL, &p.tm_k, bar, panel * PANEL_COLS, (int)key0,
-                    (int)g, (int)b);
-        tma_load_4d(sK + dqr_smem::TILE + panel * dqr_smem::PANEL, &p.tm_v, bar,
-                    panel * PANEL_COLS, (int)key0, (int)g, (int)b);
+    for (int panel = 0; panel < D / PANEL_COLS; ++panel) {
+        tma_load_4d(sK + panel * L::PANEL, &p.tm_k, bar, panel * PANEL_COLS, (int)key0, (int)g,
+                    (int)b);
+        tma_load_4d(sK + L::TILE + panel * L::PANEL, &p.tm_v, bar, panel * PANEL_COLS,
+                    (int)key0, (int)g, (int)b);
     }
 }
 
-template <typename T>
+template <typename T, int D>
 __global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(const __grid_constant__ dqrows_params p) {
-    using L = dqr_smem;
+    using L = dqr_smem<D>;
     constexpr int NK = DQR_KEYS / 8;  // n8 tiles of keys (S, dP): 8
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
@@ -152,43 +161,48 @@ __global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(c
         dqr_build_steps(p, b, h, m, list, reinterpret_cast<int *>(smem_base + L::WARP_SUMS));
     // (dqr_build_steps ends on a barrier: the list and the initialised mbarriers are visible.)
 
-    float dq[DQR_D / 2];  // rows 16 warp + lg (+ 8), columns 8t + 2lt (+ 1): n8 tile t
+    float dq[D / 2];  // rows 16 warp + lg (+ 8), columns 8t + 2lt (+ 1): n8 tile t
 #pragma unroll
-    for (int x = 0; x < DQR_D / 2; ++x) dq[x] = 0.0f;
+    for (int x = 0; x < D / 2; ++x) dq[x] = 0.0f;
 
     if (count > 0) {
         if (tid == 0) {
             mbarrier_arrive_expect_tx(qbar, 2 * L::TILE);
 #pragma unroll
-            for (int panel = 0; panel < DQR_D / PANEL_COLS; ++panel) {
+            for (int panel = 0; panel < D / PANEL_COLS; ++panel) {
                 tma_load_4d(s0 + L::Q + panel * L::PANEL, &p.tm_q, qbar, panel * PANEL_COLS,
                             (int)(m * DQR_ROWS), (int)h, (int)b);
                 tma_load_4d(s0 + L::DO + panel * L::PANEL, &p.tm_do, qbar, panel * PANEL_COLS,
                             (int)(m * DQR_ROWS), (int)h, (int)b);
             }
             for (int j = 0; j < DQR_STAGES && j < count; ++j)
-                dqr_load_kv(p, s0 + L::KV + 2 * j * L::TILE, full + 8 * j, b, g,
+                dqr_load_kv<D>(p, s0 + L::KV + 2 * j * L::TILE, full + 8 * j, b, g,
                             (int64_t)list[j] * DQR_KEYS);
         }
-        // ---- the preprocess's part: row rr's Dlt from columns 64 half.. by this thread ----
+        // ---- the preprocess's part: row rr's Dlt from columns D/2 half.. by this thread ----
         float *s_lse = reinterpret_cast<float *>(smem_base + L::ROWS), *s_dlt = s_lse + DQR_ROWS;
         {
+            constexpr int CHUNKS = D / 16;  // this thread's 16-byte pieces of the row
             const int rr = tid >> 1, half = tid & 1;
             const int64_t i = m * DQR_ROWS + rr;
             const bool live = i < dm.seqlen_q;
-            uint4 o[PANEL_COLS / 8];
+            uint4 o[CHUNKS];
             const uint4 *src = reinterpret_cast<const uint4 *>(p.out + b * p.out_sb + i * p.out_ss +
-                                                               h * p.out_sh + half * PANEL_COLS);
+                                                               h * p.out_sh + half * (D / 2));
 #pragma unroll
-            for (int c = 0; c < PANEL_COLS / 8; ++c) o[c] = live ? src[c] : make_uint4(0u, 0u, 0u, 0u);
+            for (int c = 0; c < CHUNKS; ++c) o[c] = live ? src[c] : make_uint4(0u, 0u, 0u, 0u);
             const float l = live ? p.lse[(b * dm.heads_q + h) * dm.seqlen_q + i] : -INFINITY;
             mbarrier_wait(qbar, 0);
-            // dO row rr, panel `half`: chunk c at row rr, position c ^ (rr % 8) (128B swizzle)
-            const unsigned char *drow = smem_base + L::DO + half * L::PANEL + rr * PANEL_ROW_BYTES;
+            // dO row rr from its chunk `first` on: chunk x of a panel's row at position
+            // x ^ (rr % 8) (128B swizzle); at head dim 128 a thread's chunks are one panel's row
+            const int first = half * CHUNKS;
+            const unsigned char *drow =
+                smem_base + L::DO + (first / 8) * L::PANEL + rr * PANEL_ROW_BYTES;
             float dot = 0.0f;
 #pragma unroll
-            for (int c = 0; c < PANEL_COLS / 8; ++c) {
-                const uint4 g = *reinterpret_cast<const uint4 *>(drow + ((c ^ (rr & 7)) << 4));
+            for (int c = 0; c < CHUNKS; ++c) {
+                const uint4 g =
+                    *reinterpret_cast<const uint4 *>(drow + (((first % 8 + c) ^ (rr & 7)) << 4));
                 const uint32_t ow[4] = {o[c].x, o[c].y, o[c].z, o[c].w};
                 const uint32_t gw[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
@@ -233,7 +247,7 @@ __global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(c
             // acc (64 x 64) = A B^T over d, A and B 64-row tiles of two K-major panels; one group
             auto product = [&](float (&acc)[NK * 4], uint32_t sA, uint32_t sB) {
 #pragma unroll
-                for (int kk = 0; kk < DQR_D / 16; ++kk) {
+                for (int kk = 0; kk < D / 16; ++kk) {
                     const uint32_t off = (kk / 4) * L::PANEL + (kk % 4) * K16_BYTES_KMAJOR;
                     bl_wgmma_ss_n64<T, 0>(acc, bl_wgmma_desc(sA + off, 16, BL_WGMMA_GROUP_BYTES),
                                           bl_wgmma_desc(sB + off, 16, BL_WGMMA_GROUP_BYTES));
@@ -271,7 +285,7 @@ __global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(c
             bl_wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < DQR_KEYS / 16; ++ks)
-                bl_wgmma_rs<T, DQR_D>(dq, dsa[ks],
+                bl_wgmma_rs<T, D>(dq, dsa[ks],
                                       bl_wgmma_desc(sK + ks * K16_BYTES_MNMAJOR, L::PANEL,
                                                     BL_WGMMA_GROUP_BYTES));
             bl_wgmma_commit();
@@ -281,17 +295,18 @@ __global__ void __launch_bounds__(DQR_THREADS, DQR_MIN_CTAS) bwd_dqrows_kernel(c
             // Every warp's products have read the stage: it takes step j + DQR_STAGES.
             __syncthreads();
             if (tid == 0 && j + DQR_STAGES < count)
-                dqr_load_kv(p, sK, full + 8 * st, b, g, (int64_t)list[j + DQR_STAGES] * DQR_KEYS);
+                dqr_load_kv<D>(p, sK, full + 8 * st, b, g,
+                               (int64_t)list[j + DQR_STAGES] * DQR_KEYS);
         }
     }
 
     // ---- dQ * scale in T through the Q buffer (free: every product has completed) ----
-    ws_stage_dkv<T, DQR_D / 2, DQR_ROWS>(s0 + L::Q, dq, p.scale, warp, lane);
+    ws_stage_dkv<T, D / 2, DQR_ROWS>(s0 + L::Q, dq, p.scale, warp, lane);
     bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
     __syncthreads();
     if (tid == 0) {
 #pragma unroll
-        for (int panel = 0; panel < DQR_D / PANEL_COLS; ++panel)
+        for (int panel = 0; panel < D / PANEL_COLS; ++panel)
             tma_store_4d(&p.tm_dq, s0 + L::Q + panel * L::PANEL, panel * PANEL_COLS,
                          (int)(m * DQR_ROWS), (int)h, (int)b);
         bulk_commit_group();

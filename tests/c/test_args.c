@@ -81,6 +81,8 @@ static void bad_desc_everywhere(void) {
     ADD("scale", scale, INFINITY);
     ADD("causal", causal, 2);
     ADD("causal", causal, -1);
+    ADD("deterministic", deterministic, 2);
+    ADD("deterministic", deterministic, -1);
 #undef ADD
     for (int i = 0; i < n; ++i) {
         char what[128];
@@ -288,7 +290,7 @@ static void other_functions(void) {
            bl_version_string(), version);
     EXPECT(bl_abi_version() == BL_ABI_VERSION, "bl_abi_version() = %d, want %d", bl_abi_version(),
            BL_ABI_VERSION);
-    for (int s = BL_OK; s <= BL_ERR_INTERNAL; ++s)
+    for (int s = BL_OK; s <= BL_ERR_NOT_DETERMINISTIC; ++s)
         EXPECT(bl_status_string((bl_status)s) && bl_status_string((bl_status)s)[0],
                "bl_status_string(%d) is empty", s);
     EXPECT(strcmp(bl_status_string(BL_OK), bl_status_string(BL_ERR_INVALID_ARGUMENT)) != 0,

@@ -132,10 +132,17 @@ static void check_backward(attn_case *c, uint64_t seed) {
     for (size_t i = 0; i < c->nk; ++i) all_zero &= got.dk[i] == 0.0 && got.dv[i] == 0.0;
     EXPECT(all_zero, "[%s]: an all-zero mask must give zero gradients", c->name);
 
-    /* 5. deterministic: a second dense run gives the same bits */
+    /* 5. deterministic: a second dense run gives the same bits, and so does one that asks for
+     * the deterministic form (desc.deterministic: the CPU backend has only one form) */
     run_backward(c, 0.0f, NULL, &got);
     run_backward(c, 0.0f, NULL, &again);
     EXPECT(grads_identical(c, &got, &again), "[%s]: two dense backward runs differ", c->name);
+    c->desc.deterministic = 1;
+    st = run_backward(c, 0.0f, NULL, &again);
+    c->desc.deterministic = 0;
+    EXPECT(st == BL_OK && grads_identical(c, &got, &again),
+           "[%s]: the deterministic form gives other gradients (%d: %s)", c->name, (int)st,
+           bl_last_error());
 
     free(mask), free(mask_ref), free(out_d);
     grads_free(&got), grads_free(&want), grads_free(&again), grads_free(&want_dense);

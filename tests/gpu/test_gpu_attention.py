@@ -676,37 +676,81 @@ def test_gpu_forward_is_reproducible(dtype, head_dim, causal):
             assert torch.equal(a, b), name
 
 
-def test_gpu_backward_honours_deterministic_algorithms():
-    """torch.use_deterministic_algorithms(True): the forward runs silently (its outputs are
-    deterministic); every backward path (autograd, the op, caller-owned dq / dk / dv) raises
-    before it launches, so given buffers keep their contents; with warn_only=True it warns and
-    gives the unflagged call's gradients (dk, dv bit for bit, dq within the reproducibility
-    test's two ulps)."""
-    q, k, v = random_qkv(1, 700, 900, 4, 2, 128, torch.bfloat16, DEV)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [128, 64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tiles", ["dense", "mask", "select"])
+@pytest.mark.parametrize("shape", [(1, 1000, 1000, 4, 2), (2, 300, 700, 4, 4), (1, 130, 63, 8, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gpu_deterministic_backward(dtype, head_dim, causal, tiles, shape):
+    """Under torch.use_deterministic_algorithms(True) a backward runs the deterministic form
+    (bl_attn_desc::deterministic: dq by the dq-rows kernel; dK / dV by version 10 without its dQ
+    at head dim 128, by version 6 as usual at 64): the float64 reference's gradients over the
+    same tiles, and the same bits, dq included, in every call; the forward runs silently. GQA /
+    MQA (the split head-dim-64 form's parts included), Sq != Sk and rows past the last whole
+    tile included."""
+    batch, sq, sk, hq, hk = shape
+    q, k, v = random_qkv(batch, sq, sk, hq, hk, head_dim, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    with deterministic_algorithms(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, lse, w = back_lite.forward(q, k, v, causal=causal, with_stats=True)
+        tm, tn = back_lite.num_tiles(sq, sk, DEV)
+        if tiles == "dense":
+            mask, kw = torch.ones(batch, hq, tm, tn, dtype=torch.bool, device=DEV), {}
+        elif tiles == "mask":
+            gen = torch.Generator(device=DEV).manual_seed(5)
+            mask = torch.rand(batch, hq, tm, tn, device=DEV, generator=gen) < 0.5
+            kw = {"mask": mask}
+        else:
+            mask = back_lite.select(w, negl_prob=0.1)
+            kw = {"tile_mass": w, "negl_prob": 0.1}
+        first = back_lite.backward(dout, q, k, v, out, lse, causal=causal, **kw)
+        for _ in range(2):
+            again = back_lite.backward(dout, q, k, v, out, lse, causal=causal, **kw)
+            for name, a, b in zip(("dq", "dk", "dv"), again, first):
+                assert torch.equal(a, b), name
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+        negl = 0.1 if tiles == "select" else 0.0
+        o = back_lite.BackLite(negl_prob=negl)(qg, kg, vg, causal=causal)
+        auto = torch.autograd.grad(o, (qg, kg, vg), dout)
+    check_masked_backward(first, q, k, v, out, dout, causal, mask)
+    if tiles != "mask":
+        for name, a, b in zip(("dq", "dk", "dv"), auto, first):
+            assert torch.equal(a, b), f"autograd's {name}"
+
+
+def test_gpu_deterministic_backward_without_a_form():
+    """A call with no deterministic form -- 3.3M keys: the dq-rows kernel's list of key-tile
+    steps outgrows the shared memory (head dim 64: past ~3.16M keys) -- under
+    torch.use_deterministic_algorithms(True): every backward path (autograd, the op,
+    caller-owned dq / dk / dv) raises, leaving given buffers as they were; with warn_only=True it
+    warns and gives the fastest form's gradients (dk, dv bit for bit, dq within the
+    reproducibility test's two ulps)."""
+    q, k, v = random_qkv(1, 100, 3_300_000, 1, 1, 64, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(q.dtype)
-    out, lse, w = back_lite.forward(q, k, v, causal=True, with_stats=True)
-    free = back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05, causal=True)
+    out, lse, _ = back_lite.forward(q, k, v, causal=True)
+    # an explicit mask: the CUDA selection sorts a row of 25782 key tiles in no shared memory
+    tm, tn = back_lite.num_tiles(100, 3_300_000, DEV)
+    gen = torch.Generator(device=DEV).manual_seed(9)
+    sparse = {"mask": torch.rand(1, 1, tm, tn, device=DEV, generator=gen) < 0.3, "causal": True}
+    free = back_lite.backward(dout, q, k, v, out, lse, **sparse)
     with deterministic_algorithms():
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            again = back_lite.forward(q, k, v, causal=True, with_stats=True)
-        assert all(torch.equal(a, b) for a, b in zip(again, (out, lse, w)))
         qg = q.clone().requires_grad_()
-        with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
-            back_lite.BackLite(negl_prob=0.05)(qg, k, v, causal=True).backward(dout)
+        with pytest.raises(RuntimeError, match=r"no deterministic form.*seqlen_k = 3300000"):
+            back_lite.BackLite(negl_prob=0.0)(qg, k, v, causal=True).backward(dout)
         assert qg.grad is None
         with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
-            back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05, causal=True)
+            back_lite.backward(dout, q, k, v, out, lse, **sparse)
         given = tuple(torch.full_like(t, 7.0) for t in (q, k, v))
         with pytest.raises(RuntimeError, match="use_deterministic_algorithms"):
-            back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05,
-                               causal=True, dq=given[0], dk=given[1], dv=given[2])
+            back_lite.backward(dout, q, k, v, out, lse, dq=given[0], dk=given[1], dv=given[2],
+                               **sparse)
         torch.cuda.synchronize()
         assert all(bool((t == 7.0).all()) for t in given)
     with deterministic_algorithms(warn_only=True):
-        with pytest.warns(UserWarning, match="no deterministic implementation of dq"):
-            warned = back_lite.backward(dout, q, k, v, out, lse, tile_mass=w, negl_prob=0.05,
-                                        causal=True)
+        with pytest.warns(UserWarning, match="no deterministic form"):
+            warned = back_lite.backward(dout, q, k, v, out, lse, **sparse)
     assert torch.equal(warned[1], free[1]) and torch.equal(warned[2], free[2])
     eps = torch.finfo(q.dtype).eps
     torch.testing.assert_close(warned[0], free[0], rtol=2 * eps, atol=1e-5)

@@ -15,13 +15,11 @@ import back_lite
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "dev", "cuda"))
 import sass_loops  # noqa: E402  (the repository's SASS reader, not a package)
 
-# Kernels of the library that users' calls never run: version 10 without its dQ exists for the
-# dq-rows dev variant only (attn_bwd_sm90.cu, BL_BWD_VARIANT_DQ_ROWS).
-DEV_ONLY = ("bwd_ws128_kernelI6__halfLb0E", "bwd_ws128_kernelI13__nv_bfloat16Lb0E")
 # One family per main loop the library ships: the forward, the head-dim-128 64-row and 80-row
-# backward kernels, the head-dim-64 one.
+# backward kernels, the head-dim-64 one, and the deterministic form's dq-rows kernel (with
+# version 10 without its dQ, a bwd_ws128_kernel).
 FAMILIES = ("attn_fwd_sm90_ws_kernel", "bwd_ws128_kernel", "bwd_ws128r80_kernel",
-            "bwd_ws64_kernel")
+            "bwd_ws64_kernel", "bwd_dqrows_kernel")
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +50,6 @@ def test_every_main_kernel_has_an_hgmma_loop(kernels):
 def test_hot_loops_spill_nothing(kernels):
     spills = []
     for name, (instrs, labels) in kernels.items():
-        if any(tag in name for tag in DEV_ONLY):
-            continue
         for start, end in sass_loops.hot_loops(instrs, labels):
             local = [f"{a:#x} {t}" for a, t, _ in instrs
                      if start <= a <= end and sass_loops.opcode(t) in ("STL", "LDL")]
