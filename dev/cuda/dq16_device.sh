@@ -8,7 +8,7 @@
 # Here (no GPU needed; ~4-5 min on 2 cores): the libraries, packed for one carry (~15 MB):
 #   bash dev/cuda/dq16_device.sh pack [PATCH...]  # la = HEAD's library, new = HEAD + the
 #                                                 # patches in order (default the two above;
-#                                                 # -v1.patch alone: the first form), and with
+#                                                 # the first form, v1, is in git history), and with
 #                                                 # their dev switches f3k / f12k (the first zero
 #                                                 # CTA after 3072 / 12288 row CTAs) and cnt (the
 #                                                 # zero CTAs counted by kind); and pick
@@ -88,7 +88,7 @@ pack)
         build_lib pick build/dq16/pick
         libs+=(pick.so)
     fi
-    if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # (not in the -v1 patch)
+    if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # (not in the first form, v1)
         for v in f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288 \
                  cnt:-DBL_PP_ZERO_COUNTS; do
             cp -r build/dq16/new "build/dq16/${v%%:*}" && rm -rf "build/dq16/${v%%:*}/b"
