@@ -106,10 +106,15 @@ def scale(value, head_dim) -> float:
     return value
 
 
-def causal(value) -> bool:
+def flag(name: str, value) -> bool:
+    """A bool argument (an int is taken as one, as C takes it)."""
     if not isinstance(value, (bool, int)):
-        raise TypeError(f"BackLite: causal must be a bool, got {type(value).__name__}")
+        raise TypeError(f"BackLite: {name} must be a bool, got {type(value).__name__}")
     return bool(value)
+
+
+def causal(value) -> bool:
+    return flag("causal", value)
 
 
 def negl_prob(value, name: str = "negl_prob") -> float:

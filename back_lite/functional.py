@@ -65,26 +65,30 @@ def backend_supports(device: torch.device | str, dtype: torch.dtype, head_dim: i
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, negl_prob: float = 0.0,
               scale: Optional[float] = None, causal: bool = False,
-              tile_stats: Optional[torch.Tensor] = None):
+              tile_stats: Optional[torch.Tensor] = None, deterministic: bool = False):
     """Differentiable attention with a block-sparse backward. Returns (out, lse, W).
 
     out: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32 (no gradient flows through it); W: the tile mass
     (B, Hq, Tm, Tn) fp32 when negl_prob > 0 or tile_stats is given, else an empty (B, Hq, 0, 0)
     tensor. With tile_stats (a (B, Hq, Tm, Tn) fp32 buffer) the tile mass is also copied into it.
+    deterministic=True: the backward's dq, dk and dv are the same bits in every call (on CUDA
+    its deterministic form, as under torch.use_deterministic_algorithms(True), but raising
+    where a call has none; the CPU backend always is).
     """
     _checks.qkv(q, k, v)
     scale = _checks.scale(scale, q.shape[-1])
     causal = _checks.causal(causal)
+    deterministic = _checks.flag("deterministic", deterministic)
     negl_prob = _checks.negl_prob(negl_prob)
     if tile_stats is not None:
         _checks.tile_buffer("tile_stats", tile_stats, q, k)
     with_stats = negl_prob > 0.0 or tile_stats is not None
     if ops.eager_attention_ok(q, k, v):  # eager: autograd without the op's dispatch
         out, lse, tile_mass = ops.EagerAttention.apply(q, k, v, scale, causal, negl_prob,
-                                                       with_stats)
+                                                       with_stats, deterministic)
     else:
         out, lse, tile_mass = torch.ops.back_lite.attention(q, k, v, scale, causal, negl_prob,
-                                                            with_stats)
+                                                            with_stats, deterministic)
     if tile_stats is not None:
         # The autograd op must be functional (it cannot write into an input), so the caller's
         # buffer receives a copy of W; for a forward straight into a buffer use forward().
@@ -135,17 +139,18 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
              negl_prob: float = 0.0, mask: Optional[torch.Tensor] = None,
              scale: Optional[float] = None, causal: bool = False,
              dq: Optional[torch.Tensor] = None, dk: Optional[torch.Tensor] = None,
-             dv: Optional[torch.Tensor] = None):
+             dv: Optional[torch.Tensor] = None, deterministic: bool = False):
     """Backward, no autograd. Returns (dq, dk, dv); the ones given are overwritten and returned.
 
     The tiles computed are, exactly one of: an explicit `mask` ((B, Hq, Tm, Tn) torch.bool,
     True = compute); the selection from `tile_mass` W with negl_prob > 0; everything (dense,
     negl_prob == 0, tile_mass ignored). `out` and `lse` may be global ones (ring attention):
-    Dlt = rowsum(dout * out) uses `out` as given.
+    Dlt = rowsum(dout * out) uses `out` as given. deterministic: as in attention().
     """
     _checks.qkv(q, k, v)
     scale = _checks.scale(scale, q.shape[-1])
     causal = _checks.causal(causal)
+    deterministic = _checks.flag("deterministic", deterministic)
     negl_prob = _checks.negl_prob(negl_prob)
     _checks.like("dout", dout, q, "q")
     _checks.like("out", out, q, "q")
@@ -168,12 +173,14 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     direct = ops.direct_call_ok(dout, q, k, v, out, lse, tile_mass, mask, dq, dk, dv)
     if dq is None and dk is None and dv is None:
         run = ops.run_backward if direct else torch.ops.back_lite.backward  # eager: no dispatch
-        return run(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal)
+        return run(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                   deterministic)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device) if dq is None else dq
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if dk is None else dk
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device) if dv is None else dv
     run = ops._launch_backward if direct else torch.ops.back_lite.backward_out
-    run(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal, dq, dk, dv)
+    run(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal, dq, dk, dv,
+        deterministic)
     return dq, dk, dv
 
 

@@ -6,14 +6,16 @@ before these ops are called (back_lite/_checks.py, used by back_lite/functional.
 library checks everything again and its errors surface through back_lite._lib.check.
 
 Ops
-  back_lite::attention(q, k, v, scale, causal, negl_prob, with_stats) -> (out, lse, W)
-      differentiable (torch.library.register_autograd); the backward is block-sparse when
-      negl_prob > 0 and dense when negl_prob == 0.
+  back_lite::attention(q, k, v, scale, causal, negl_prob, with_stats, deterministic=False)
+      -> (out, lse, W), differentiable (torch.library.register_autograd); the backward is
+      block-sparse when negl_prob > 0 and dense when negl_prob == 0, and in its deterministic
+      form (bl_attn_desc::deterministic) when deterministic is True or
+      torch.use_deterministic_algorithms(True) is set.
   back_lite::forward(q, k, v, scale, causal, with_stats) -> (out, lse, W)
   back_lite::forward_out(q, k, v, scale, causal, out!, lse!, tile_stats!?) -> ()
-  back_lite::backward(dout, q, k, v, out, lse, tile_mass?, negl_prob, mask?, scale, causal)
-      -> (dq, dk, dv)
-  back_lite::backward_out(..., dq!, dk!, dv!) -> ()
+  back_lite::backward(dout, q, k, v, out, lse, tile_mass?, negl_prob, mask?, scale, causal,
+                      deterministic=False) -> (dq, dk, dv)
+  back_lite::backward_out(..., dq!, dk!, dv!, deterministic=False) -> ()
   back_lite::select_tiles(W, negl_prob) -> mask (torch.bool)
 
 W without statistics: when no tile mass is recorded (with_stats False) the W output is an empty
@@ -177,12 +179,15 @@ def no_deterministic_form(reason: str) -> None:
 
 
 def _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
-                     dq, dk, dv) -> None:
+                     dq, dk, dv, deterministic=False) -> None:
+    """deterministic: the caller asks for the deterministic form (as FlashAttention's
+    deterministic=True) whatever torch's setting; a call without one then raises."""
     desc = _desc(q, k, scale, causal)
     uses_stats = mask is None and negl_prob > 0.0
     if not uses_stats:
         tile_mass = None  # dense or explicit mask: the tile mass is not read
-    desc.deterministic = int(determinism_required(q.device))
+    asked = deterministic and q.device.type == "cuda"  # (the CPU backend always is)
+    desc.deterministic = int(asked or determinism_required(q.device))
     with _on_device(desc, q.device, _lib.BL_OP_BACKWARD, uses_stats):
         def call():
             return _lib.lib.bl_backward(
@@ -194,6 +199,9 @@ def _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale,
         status = call()
         if status == _lib.BL_ERR_NOT_DETERMINISTIC:
             # (the library refuses such a call before it writes dq, dk or dv)
+            if asked:
+                raise RuntimeError("BackLite: deterministic=True, but this CUDA backward has no "
+                                   f"deterministic form ({_lib.last_error()})")
             no_deterministic_form(_lib.last_error())
             desc.deterministic = 0
             status = call()
@@ -257,28 +265,32 @@ def _forward_out_fake(q, k, v, scale, causal, out, lse, tile_stats):
 
 # ---------------------------------------------------------------------------- backward
 
-def run_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal):
+def run_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                 deterministic=False):
     """back_lite::backward's implementation (also called directly: direct_call_ok)."""
     dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), \
         torch.empty_like(k, memory_format=torch.contiguous_format), \
         torch.empty_like(v, memory_format=torch.contiguous_format)
     _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
-                     dq, dk, dv)
+                     dq, dk, dv, deterministic)
     return dq, dk, dv
 
 
 @torch.library.custom_op("back_lite::backward", mutates_args=())
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              out: torch.Tensor, lse: torch.Tensor, tile_mass: Optional[torch.Tensor],
-             negl_prob: float, mask: Optional[torch.Tensor], scale: float,
-             causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             negl_prob: float, mask: Optional[torch.Tensor], scale: float, causal: bool,
+             deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> dq (B, Sq, Hq, D), dk, dv (B, Sk, Hk, D). Tiles: the explicit bool mask if given, else
-    selection from tile_mass with negl_prob > 0, else dense."""
-    return run_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal)
+    selection from tile_mass with negl_prob > 0, else dense. deterministic: the deterministic
+    form asked for (it also runs where torch.use_deterministic_algorithms(True) is set)."""
+    return run_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                        deterministic)
 
 
 @backward.register_fake
-def _backward_fake(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal):
+def _backward_fake(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
+                   deterministic=False):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             torch.empty_like(k, memory_format=torch.contiguous_format),
             torch.empty_like(v, memory_format=torch.contiguous_format))
@@ -288,15 +300,16 @@ def _backward_fake(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, c
 def backward_out(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  out: torch.Tensor, lse: torch.Tensor, tile_mass: Optional[torch.Tensor],
                  negl_prob: float, mask: Optional[torch.Tensor], scale: float, causal: bool,
-                 dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
+                 dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor,
+                 deterministic: bool = False) -> None:
     """As back_lite::backward, into caller-owned dq, dk, dv (overwritten)."""
     _launch_backward(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
-                     dq, dk, dv)
+                     dq, dk, dv, deterministic)
 
 
 @backward_out.register_fake
 def _backward_out_fake(dout, q, k, v, out, lse, tile_mass, negl_prob, mask, scale, causal,
-                       dq, dk, dv):
+                       dq, dk, dv, deterministic=False):
     return None
 
 
@@ -340,26 +353,28 @@ def _select_tiles_fake(tile_mass, negl_prob):
 
 @torch.library.custom_op("back_lite::attention", mutates_args=())
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool,
-              negl_prob: float,
-              with_stats: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              negl_prob: float, with_stats: bool,
+              deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Differentiable attention: (out, lse, W). W is recorded when with_stats is True (it must
-    be when negl_prob > 0); lse and W carry no gradient."""
+    be when negl_prob > 0); lse and W carry no gradient. deterministic: the backward's
+    deterministic form asked for (back_lite::backward)."""
     return run_forward(q, k, v, scale, causal, with_stats)
 
 
 @attention.register_fake
-def _attention_fake(q, k, v, scale, causal, negl_prob, with_stats):
+def _attention_fake(q, k, v, scale, causal, negl_prob, with_stats, deterministic=False):
     out, lse = _empty_outputs(q)
     return out, lse, _empty_tile_mass(q, k, with_stats)
 
 
 def _attention_setup_context(ctx, inputs, output):
-    q, k, v, scale, causal, negl_prob, with_stats = inputs
+    q, k, v, scale, causal, negl_prob, with_stats, *deterministic = inputs  # (default: absent)
     out, lse, tile_mass = output
     ctx.save_for_backward(q, k, v, out, lse, tile_mass)
     ctx.scale = scale
     ctx.causal = causal
     ctx.negl_prob = negl_prob
+    ctx.deterministic = bool(deterministic and deterministic[0])
     ctx.mark_non_differentiable(lse, tile_mass)
 
 
@@ -372,7 +387,7 @@ def _backward_of_saved(ctx, dout):
         dout = dout.contiguous()
     sparse = ctx.negl_prob > 0.0
     args = (dout, q, k, v, out, lse, tile_mass if sparse else None, ctx.negl_prob, None,
-            ctx.scale, ctx.causal)
+            ctx.scale, ctx.causal, ctx.deterministic)
     # an eager backward (autograd runs it without grad mode) skips the op's dispatch
     run = run_backward if direct_call_ok(dout, q, k, v, out, lse, tile_mass) \
         else torch.ops.back_lite.backward
@@ -381,7 +396,7 @@ def _backward_of_saved(ctx, dout):
 
 def _attention_backward(ctx, dout, _dlse, _dtile_mass):
     dq, dk, dv = _backward_of_saved(ctx, dout)
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None
 
 
 attention.register_autograd(_attention_backward, setup_context=_attention_setup_context)
@@ -399,9 +414,10 @@ class EagerAttention(torch.autograd.Function):
     (set_materialize_grads(False)). torch.compile, modes, subclasses and torch.func keep the op."""
 
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, negl_prob, with_stats):
+    def forward(ctx, q, k, v, scale, causal, negl_prob, with_stats, deterministic):
         outputs = run_forward(q, k, v, scale, causal, with_stats)
-        _attention_setup_context(ctx, (q, k, v, scale, causal, negl_prob, with_stats), outputs)
+        _attention_setup_context(ctx, (q, k, v, scale, causal, negl_prob, with_stats,
+                                       deterministic), outputs)
         ctx.set_materialize_grads(False)
         return outputs
 
@@ -409,7 +425,7 @@ class EagerAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable  # a second derivative raises, as the op's
     def backward(ctx, dout, _dlse, _dtile_mass):
         dq, dk, dv = _backward_of_saved(ctx, dout)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def eager_attention_ok(*tensors: torch.Tensor) -> bool:

@@ -76,3 +76,42 @@ def test_cpu_backward_runs_silently_under_determinism(causal):
         required = grads()
     for a, b in zip(required, free):
         assert torch.equal(a, b)
+
+
+def test_the_call_asks_for_the_deterministic_form(monkeypatch):
+    """deterministic=True (FlashAttention's argument) reaches the library's backward call on
+    every path: autograd eager and through the op, back_lite.backward with and without
+    caller-owned buffers; False by default. (What CUDA does with it: tests/gpu.)"""
+    seen = []
+    launch = ops._launch_backward
+
+    def spy(*args):
+        seen.append(args[14] if len(args) > 14 else "absent")
+        return launch(*args)
+
+    monkeypatch.setattr(ops, "_launch_backward", spy)
+    q, k, v = random_qkv(1, 70, 90, 2, 1, 64, torch.float32)
+    dout = torch.randn(q.shape)
+    out, lse, _ = back_lite.forward(q, k, v)
+    for flag in (False, True):
+        seen.clear()
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+        o, _, _ = back_lite.attention(qg, kg, vg, deterministic=flag)
+        o.backward(dout)
+        o, _, _ = torch.ops.back_lite.attention(qg, kg, vg, 0.125, False, 0.0, False, flag)
+        o.backward(dout)
+        back_lite.backward(dout, q, k, v, out, lse, deterministic=flag)
+        back_lite.backward(dout, q, k, v, out, lse, dq=torch.empty_like(q), deterministic=flag)
+        assert seen == [flag] * 4
+    seen.clear()
+    back_lite.backward(dout, q, k, v, out, lse)
+    assert seen == [False]
+
+
+def test_deterministic_must_be_a_bool():
+    q, k, v = random_qkv(1, 70, 90, 2, 1, 64, torch.float32)
+    with pytest.raises(TypeError, match="deterministic must be a bool, got str"):
+        back_lite.attention(q, k, v, deterministic="yes")
+    out, lse, _ = back_lite.forward(q, k, v)
+    with pytest.raises(TypeError, match="deterministic must be a bool, got NoneType"):
+        back_lite.backward(torch.ones_like(q), q, k, v, out, lse, deterministic=None)

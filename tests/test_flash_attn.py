@@ -8,7 +8,7 @@ import torch
 
 import back_lite
 import reference as ref
-from back_lite import functional
+from back_lite import functional, ops
 from back_lite.integrations import flash_attn as bl_fa
 
 ATOL = 2e-5  # fp32 rounding against float64 at these sizes
@@ -116,18 +116,26 @@ def test_argument_errors():
         bl_fa.flash_attn_func(q, k, v, negl_prob=1.0)
 
 
-def test_deterministic():
-    """The CPU backward is deterministic, so deterministic=True runs; elsewhere it is refused
-    before any work (a meta tensor stands in for a CUDA one here; tests/gpu has the real one)."""
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic(monkeypatch, deterministic):
+    """deterministic reaches the library's backward call (where CUDA runs its deterministic form:
+    tests/gpu has that end to end); the CPU backward gives the same bits either way."""
+    seen = []
+    launch = ops._launch_backward
+
+    def spy(*args):
+        seen.append(args[-1])
+        return launch(*args)
+
+    monkeypatch.setattr(ops, "_launch_backward", spy)
     q, k, v = qkv(1, 100, 130, 2, 2)
     dout = torch.randn(1, 100, 2, 64)
-    runs = [torch.autograd.grad(bl_fa.flash_attn_func(q, k, v, deterministic=True), (q, k, v),
-                                dout) for _ in range(2)]
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
-    meta = torch.empty(1, 100, 2, 64, device="meta")
-    with pytest.raises(NotImplementedError, match="deterministic=True is not available on meta"):
-        bl_fa.flash_attn_func(meta, meta, meta, deterministic=True)
+    runs = [torch.autograd.grad(bl_fa.flash_attn_func(q, k, v, deterministic=deterministic),
+                                (q, k, v), dout) for _ in range(2)]
+    assert seen == [deterministic] * 2
+    default = torch.autograd.grad(bl_fa.flash_attn_func(q, k, v), (q, k, v), dout)
+    for a, b, c in zip(*runs, default):
+        assert torch.equal(a, b) and torch.equal(a, c)
 
 
 def test_exported_from_the_package():

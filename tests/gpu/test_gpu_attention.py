@@ -640,7 +640,8 @@ def test_gpu_kinds_the_kernels_lack(dtype, head_dim, needle):
 
 def test_gpu_flash_attn_func():
     """flash_attn's signature on the CUDA backend: BackLite's forward bits, gradients within the
-    reduce-adds' rounding of back_lite.attention's; deterministic=True refused."""
+    reduce-adds' rounding of back_lite.attention's; with deterministic=True the same bits in every
+    call, those of the deterministic form that torch.use_deterministic_algorithms asks for."""
     from back_lite.integrations import flash_attn as bl_fa
     q, k, v = (t.requires_grad_() for t in random_qkv(2, 700, 900, 4, 2, 128, torch.bfloat16,
                                                      DEV))
@@ -654,8 +655,14 @@ def test_gpu_flash_attn_func():
     assert torch.equal(got_grads[1], want_grads[1]) and torch.equal(got_grads[2], want_grads[2])
     eps = torch.finfo(torch.bfloat16).eps  # dq: as test_gpu_backward_is_reproducible allows
     torch.testing.assert_close(got_grads[0], want_grads[0], rtol=2 * eps, atol=1e-5)
-    with pytest.raises(NotImplementedError, match="deterministic=True is not available on cuda"):
-        bl_fa.flash_attn_func(q, k, v, deterministic=True)
+    det = [torch.autograd.grad(bl_fa.flash_attn_func(q, k, v, causal=True, negl_prob=0.1,
+                                                     deterministic=True), (q, k, v), dout)
+           for _ in range(3)]
+    with deterministic_algorithms():
+        under_torch = torch.autograd.grad(
+            back_lite.attention(q, k, v, negl_prob=0.1, causal=True)[0], (q, k, v), dout)
+    for name, *grads in zip("qkv", *det, under_torch):
+        assert all(torch.equal(g, grads[0]) for g in grads), f"d{name}"
     from back_lite.integrations import flash_attn3 as bl_fa3
     out3, lse3 = bl_fa3.flash_attn_func(q, k, v, causal=True, return_attn_probs=True,
                                         negl_prob=0.1)
@@ -726,7 +733,7 @@ def test_gpu_deterministic_backward_without_a_form():
     torch.use_deterministic_algorithms(True): every backward path (autograd, the op,
     caller-owned dq / dk / dv) raises, leaving given buffers as they were; with warn_only=True it
     warns and gives the fastest form's gradients (dk, dv bit for bit, dq within the
-    reproducibility test's two ulps)."""
+    reproducibility test's two ulps), unless the call itself asks for deterministic=True."""
     q, k, v = random_qkv(1, 100, 3_300_000, 1, 1, 64, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(q.dtype)
     out, lse, _ = back_lite.forward(q, k, v, causal=True)
@@ -751,6 +758,9 @@ def test_gpu_deterministic_backward_without_a_form():
     with deterministic_algorithms(warn_only=True):
         with pytest.warns(UserWarning, match="no deterministic form"):
             warned = back_lite.backward(dout, q, k, v, out, lse, **sparse)
+        # asked for by the call (flash_attn's deterministic=True): refused, warn_only or not
+        with pytest.raises(RuntimeError, match=r"deterministic=True, but .*seqlen_k = 3300000"):
+            back_lite.backward(dout, q, k, v, out, lse, deterministic=True, **sparse)
     assert torch.equal(warned[1], free[1]) and torch.equal(warned[2], free[2])
     eps = torch.finfo(q.dtype).eps
     torch.testing.assert_close(warned[0], free[0], rtol=2 * eps, atol=1e-5)
