@@ -19,7 +19,8 @@
 #                                                 # 6, 7, 9: head dim 128 and 64, masked);
 #                                                 # LIB=pick: the same on pick
 #   bash dev/cuda/dq16_device.sh time             # timelines at 16k x 16 x 128, causal and not, 2
-#                                                 # rounds, la / new / f3k / f12k; cnt's counts
+#                                                 # rounds, la / new / f3k / f12k (v3: la / new /
+#                                                 # v2); cnt's counts
 #   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new / pick;
 #                                                 # dev/cuda/return_ctas_probe.cu
 #   bash dev/cuda/dq16_device.sh bench            # bench/bench_attn.py --no-flex on la, new, pick
@@ -51,8 +52,8 @@ unpack() {
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 }
 
-# The zero CTAs by the kind of zeros they found (unknown: the pick not yet published), from the
-# cnt build: zero_counts SHAPE FILE "[--causal ]--keeps K,K" ...
+# The zero CTAs (v2; v3: the preprocess's CTAs) by the kind of zeros they found (unknown: the
+# pick not yet published), from the cnt build: zero_counts SHAPE FILE "[--causal ]--keeps K,K" ...
 zero_counts() {
     local shape=$1 file=$2 c keep
     shift 2
@@ -63,7 +64,7 @@ zero_counts() {
             BACK_LITE_LIBRARY=$PWD/build/ab/cnt.so timeout -k 5 25 \
                 python3 dev/cuda/bwd_call_timeline.py \
                 --shape "$shape" ${c%%--keeps*} --keeps "$keep" --calls 2 2>&1 |
-                grep "bl zero CTAs" | sort | uniq -c
+                grep -E "bl (zero|preprocess) CTAs" | sort | uniq -c
         done
     done > "$OUT/$file" 2>&1 || true
     cat "$OUT/$file"
@@ -88,9 +89,20 @@ pack)
         build_lib pick build/dq16/pick
         libs+=(pick.so)
     fi
-    if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # (not in the first form, v1)
-        for v in f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288 \
-                 cnt:-DBL_PP_ZERO_COUNTS; do
+    variants=()
+    if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # v2 (not in the first form, v1)
+        variants=(f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288
+                  cnt:-DBL_PP_ZERO_COUNTS)
+    elif grep -q BL_PP_PICK_COUNTS "${PATCHES[0]}"; then  # v3: no zero CTAs; v2 beside it
+        variants=(cnt:-DBL_PP_PICK_COUNTS)
+        cp -r build/dq16/base build/dq16/v2 && rm -rf build/dq16/v2/b
+        git apply --directory=build/dq16/v2 --include='build/dq16/v2/src/*' \
+            dev/cuda/wip/bwd-dq16-light-tiles.patch
+        build_lib v2 build/dq16/v2
+        libs+=(v2.so)
+    fi
+    if [ ${#variants[@]} -gt 0 ]; then
+        for v in "${variants[@]}"; do
             cp -r build/dq16/new "build/dq16/${v%%:*}" && rm -rf "build/dq16/${v%%:*}/b"
             build_lib "${v%%:*}" "build/dq16/${v%%:*}" "${v#*:}"
             libs+=("${v%%:*}.so")
@@ -130,7 +142,7 @@ time)
     # causal 50 %: an 80-row kernel in both, where the zeros' pick must cost nothing
     cfg="1,16384,16,128|0.03,0.1,negl:0.5;1,16384,16,128 --causal|0.03,0.1,0.25,0.5"
     others=la=build/ab/la.so
-    for v in f3k f12k; do [ -f build/ab/$v.so ] && others+=",$v=build/ab/$v.so"; done
+    for v in f3k f12k v2; do [ -f build/ab/$v.so ] && others+=",$v=build/ab/$v.so"; done
     # (time limits as in check: the counts below still run if a library hangs here)
     NEW_LIB=build/ab/new.so OUT=$OUT timeout -k 5 380 \
         bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2 || true
