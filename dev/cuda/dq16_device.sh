@@ -11,7 +11,8 @@
 #                                                 # the first form, v1, is in git history), and with
 #                                                 # their dev switches f3k / f12k (the first zero
 #                                                 # CTA after 3072 / 12288 row CTAs) and cnt (the
-#                                                 # zero CTAs counted by kind); and pick
+#                                                 # zero CTAs counted by kind); and pick;
+#                                                 # EXTRA="v2=P.patch ..." builds HEAD + P as v2
 # On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
 #   bash dev/cuda/dq16_device.sh check [PATCH...] # tests/gpu with the patches' tests on new;
 #                                                 # dq16_probe_check on la and new; memcheck and
@@ -19,8 +20,8 @@
 #                                                 # 6, 7, 9: head dim 128 and 64, masked);
 #                                                 # LIB=pick: the same on pick
 #   bash dev/cuda/dq16_device.sh time             # timelines at 16k x 16 x 128, causal and not, 2
-#                                                 # rounds, la / new / f3k / f12k (v3: la / new /
-#                                                 # v2); cnt's counts
+#                                                 # rounds, la / new and the pack's others (f3k /
+#                                                 # f12k, EXTRA's); cnt's counts
 #   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new / pick;
 #                                                 # dev/cuda/return_ctas_probe.cu
 #   bash dev/cuda/dq16_device.sh bench            # bench/bench_attn.py --no-flex on la, new, pick
@@ -46,8 +47,8 @@ build_lib() {  # NAME TREE [CUDA_FLAGS]: TREE's library (release flags) into bui
     cmake --build "$2/b" -j "$(nproc)" > "$2/build.log" 2>&1
     cp "$(find "$2/b" -name libbacklite.so | head -1)" "build/ab/$1.so"
 }
-unpack() {
-    mkdir -p "$OUT" build/ab && tar -xJf build/pack/dq16.tar.xz -C build/ab
+unpack() {  # (build/ab emptied first: a warm machine keeps the last call's libraries)
+    rm -rf build/ab && mkdir -p "$OUT" build/ab && tar -xJf build/pack/dq16.tar.xz -C build/ab
     export PYTHONPATH=$PWD
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 }
@@ -93,14 +94,16 @@ pack)
     if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # v2 (not in the first form, v1)
         variants=(f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288
                   cnt:-DBL_PP_ZERO_COUNTS)
-    elif grep -q BL_PP_PICK_COUNTS "${PATCHES[0]}"; then  # v3: no zero CTAs; v2 beside it
+    elif grep -q BL_PP_PICK_COUNTS "${PATCHES[0]}"; then  # v3: no zero CTAs
         variants=(cnt:-DBL_PP_PICK_COUNTS)
-        cp -r build/dq16/base build/dq16/v2 && rm -rf build/dq16/v2/b
-        git apply --directory=build/dq16/v2 --include='build/dq16/v2/src/*' \
-            dev/cuda/wip/bwd-dq16-light-tiles.patch
-        build_lib v2 build/dq16/v2
-        libs+=(v2.so)
     fi
+    # EXTRA="NAME=PATCH ...": HEAD + PATCH built beside new as NAME (timed by `time`)
+    for x in ${EXTRA:-}; do
+        cp -r build/dq16/base "build/dq16/${x%%=*}" && rm -rf "build/dq16/${x%%=*}/b"
+        git apply --directory="build/dq16/${x%%=*}" --include="build/dq16/${x%%=*}/src/*" "${x#*=}"
+        build_lib "${x%%=*}" "build/dq16/${x%%=*}"
+        libs+=("${x%%=*}.so")
+    done
     if [ ${#variants[@]} -gt 0 ]; then
         for v in "${variants[@]}"; do
             cp -r build/dq16/new "build/dq16/${v%%:*}" && rm -rf "build/dq16/${v%%:*}/b"
@@ -142,7 +145,10 @@ time)
     # causal 50 %: an 80-row kernel in both, where the zeros' pick must cost nothing
     cfg="1,16384,16,128|0.03,0.1,negl:0.5;1,16384,16,128 --causal|0.03,0.1,0.25,0.5"
     others=la=build/ab/la.so
-    for v in f3k f12k v2; do [ -f build/ab/$v.so ] && others+=",$v=build/ab/$v.so"; done
+    for v in build/ab/*.so; do  # every library of the pack but new and cnt
+        v=$(basename "$v" .so)
+        case $v in la|new|cnt|pick) ;; *) others+=",$v=build/ab/$v.so" ;; esac
+    done
     # (time limits as in check: the counts below still run if a library hangs here)
     NEW_LIB=build/ab/new.so OUT=$OUT timeout -k 5 380 \
         bash dev/cuda/lib_timeline_ab.sh "$others" "$cfg" x 2 || true
