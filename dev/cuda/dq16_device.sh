@@ -180,8 +180,9 @@ bench)
     unpack
     for n in la new pick; do  # (~135 s each in s98)
         [ -f build/ab/$n.so ] || continue
+        # (BENCH_ARGS: e.g. the head-dim-128 shapes only, "--shape 1,16384,16,128 ...")
         BACK_LITE_LIBRARY=$PWD/build/ab/$n.so timeout -k 5 190 python3 bench/bench_attn.py --no-flex \
-            --out "$OUT/bench-$n.json" > "$OUT/bench-$n.txt" 2>&1 || true
+            ${BENCH_ARGS:-} --out "$OUT/bench-$n.json" > "$OUT/bench-$n.txt" 2>&1 || true
         tail -4 "$OUT/bench-$n.txt"
     done
     ;;
