@@ -12,7 +12,8 @@
 #                                                 # their dev switches f3k / f12k (the first zero
 #                                                 # CTA after 3072 / 12288 row CTAs) and cnt (the
 #                                                 # zero CTAs counted by kind); and pick;
-#                                                 # EXTRA="v2=P.patch ..." builds HEAD + P as v2
+#                                                 # EXTRA="v2=P.patch ..." builds HEAD + P as v2;
+#                                                 # v3c (BL_PP_DQ16Z_MIN_CTAS): c6 too
 # On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
 #   bash dev/cuda/dq16_device.sh check [PATCH...] # tests/gpu with the patches' tests on new;
 #                                                 # dq16_probe_check on la and new; memcheck and
@@ -96,6 +97,8 @@ pack)
                   cnt:-DBL_PP_ZERO_COUNTS)
     elif grep -q BL_PP_PICK_COUNTS "${PATCHES[0]}"; then  # v3: no zero CTAs
         variants=(cnt:-DBL_PP_PICK_COUNTS)
+        # v3c: its preprocess at 6 CTAs an SM (no spills) as c6
+        grep -q BL_PP_DQ16Z_MIN_CTAS "${PATCHES[0]}" && variants+=(c6:-DBL_PP_DQ16Z_MIN_CTAS=6)
     fi
     # EXTRA="NAME=PATCH ...": HEAD + PATCH built beside new as NAME (timed by `time`)
     for x in ${EXTRA:-}; do
