@@ -13,7 +13,8 @@
 #                                                 # CTA after 3072 / 12288 row CTAs) and cnt (the
 #                                                 # zero CTAs counted by kind); and pick;
 #                                                 # EXTRA="v2=P.patch ..." builds HEAD + P as v2;
-#                                                 # v3c (BL_PP_DQ16Z_MIN_CTAS): c6 too
+#                                                 # v3c (BL_PP_DQ16Z_MIN_CTAS): c6 too;
+#                                                 # v4 (PP_ZERO_TILES): mid and cnt
 # On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
 #   bash dev/cuda/dq16_device.sh check [PATCH...] # tests/gpu with the patches' tests on new;
 #                                                 # dq16_probe_check on la and new; memcheck and
@@ -92,7 +93,9 @@ pack)
         libs+=(pick.so)
     fi
     variants=()
-    if grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # v2 (not in the first form, v1)
+    if grep -q PP_ZERO_TILES "${PATCHES[0]}"; then  # v4: zero CTAs at the end; mid = v2's place
+        variants=(mid:-DBL_PP_ZERO_FIRST_ROWS=6144 cnt:-DBL_PP_ZERO_COUNTS)
+    elif grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # v2 (not in the first form, v1)
         variants=(f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288
                   cnt:-DBL_PP_ZERO_COUNTS)
     elif grep -q BL_PP_PICK_COUNTS "${PATCHES[0]}"; then  # v3: no zero CTAs
