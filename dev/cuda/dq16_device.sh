@@ -14,7 +14,7 @@
 #                                                 # zero CTAs counted by kind); and pick;
 #                                                 # EXTRA="v2=P.patch ..." builds HEAD + P as v2;
 #                                                 # v3c (BL_PP_DQ16Z_MIN_CTAS): c6 too;
-#                                                 # v4 (PP_ZERO_TILES): mid and cnt
+#                                                 # v4 (PP_ZERO_TILES): mid, z16 and cnt
 # On the device (carry ["build/pack/dq16.tar.xz"]), each step well under 600 s:
 #   bash dev/cuda/dq16_device.sh check [PATCH...] # tests/gpu with the patches' tests on new;
 #                                                 # dq16_probe_check on la and new; memcheck and
@@ -94,7 +94,7 @@ pack)
     fi
     variants=()
     if grep -q PP_ZERO_TILES "${PATCHES[0]}"; then  # v4: zero CTAs at the end; mid = v2's place
-        variants=(mid:-DBL_PP_ZERO_FIRST_ROWS=6144 cnt:-DBL_PP_ZERO_COUNTS)
+        variants=(mid:-DBL_PP_ZERO_FIRST_ROWS=6144 z16:-DBL_PP_ZERO_TILES=16 cnt:-DBL_PP_ZERO_COUNTS)
     elif grep -q BL_PP_ZERO_COUNTS "${PATCHES[0]}"; then  # v2 (not in the first form, v1)
         variants=(f3k:-DBL_PP_ZERO_FIRST_ROWS=3072 f12k:-DBL_PP_ZERO_FIRST_ROWS=12288
                   cnt:-DBL_PP_ZERO_COUNTS)
