@@ -27,6 +27,9 @@
 #   bash dev/cuda/dq16_device.sh time64           # the same at 16k x 16 x 64, la / new / pick;
 #                                                 # dev/cuda/return_ctas_probe.cu
 #   bash dev/cuda/dq16_device.sh bench            # bench/bench_attn.py --no-flex on la, new, pick
+# v4 is the library's since the hundred-and-sixth session (la = HEAD has it; the patch is in git
+# history: git show e2be510:dev/cuda/wip/bwd-dq16-light-tiles-v4.patch), so the default patches and
+# v2 / v3* apply to their own base commits only.
 # Results go to $OUT (default out/). Measured this way: bench/results/bwd-s98-dq16.txt (v1;
 # la and new only, check and time).
 set -euo pipefail

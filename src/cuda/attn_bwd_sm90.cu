@@ -472,18 +472,20 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     const int carveout = bl_bwd_chain_carveout(selecting);
     p.dkv_part = ws.dkv_part;
     p.dkv_done = ws.dkv_done;
-    BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, carveout, &ws,
-                                  stream));
+    p.dq_writers = ws.dq_writers;
+    // Version 10's DIRECT form is a candidate (bwd_params::dq_direct: its light row tiles write dq
+    // itself) where TMA can describe dq. The device picks it or not (bl_bwd_dq_direct_chosen),
+    // and the zeros with it: the schedule publishes the pick, the preprocess's zero CTAs read it.
+    p.dq_direct = !dq_rows_first && p.head_split == 1 && ws.dq_writers != NULL &&
+                  bl_make_tensor_map(&p.tm_dq16, dq, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim,
+                                     BM, bf16);
+    BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, carveout,
+                                  p.dq_direct != 0, &ws, stream));
     p.sched_rec_low = ws.sched_rec_low;
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
     if (!dq_rows_first)
-        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, carveout, &ws,
-                                        stream));
-    p.dq_writers = ws.dq_writers;
-    // A row tile's only entry writes dq itself (bwd_params::dq_direct) where TMA can describe dq.
-    p.dq_direct = p.head_split == 1 && ws.dq_writers != NULL &&
-                  bl_make_tensor_map(&p.tm_dq16, dq, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim,
-                                     BM, bf16);
+        BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, carveout,
+                                        p.dq_direct != 0, dq, &ws, stream));
     if (dq_rows_first) {
         const bl_status st = bf16 ? launch_dqrows<__nv_bfloat16, 128>(rp, stream)
                                   : launch_dqrows<__half, 128>(rp, stream);

@@ -77,6 +77,11 @@ struct bl_bwd_workspace {
     float *dkv_part;
     // (B*Hk*Tn): the parts of each column stored so far; zeroed by the preprocess
     int *dkv_done;
+    // [BL_ZEROS_PICK_INTS]: the window schedule CTAs that have added their totals, then the kind
+    // of zeros the call needs (bl_bwd_zeros_kind) once the last of them has (dev builds: then the
+    // zero CTAs' counts, bwd_prepost_sm90.cu); all reset by lists CTA 0 before any dependent
+    // starts. Read by the preprocess's zero CTAs (bl_bwd_preprocess_launch, dq16_zeros).
+    int *zeros_pick;
 };
 
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
@@ -172,7 +177,11 @@ __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *
 // bench's random masks): 32k x 24 causal c 4.03 -8 us (1433 against 1441), c 5.02 +7 us, c 6.53
 // +24 us, c 13.1 +83 us; 16k x 16 x 128 c 1 -38 us, c 4 (no tile of one entry) level, c 6 +8 us.
 // 4.5 is where the two causal readings either side of it would cross.
-constexpr unsigned long long BL_DQ_DIRECT_MAX_ENTRIES_X2 = 9;  // 2 x 4.5
+// Since version 10's DIRECT form stages every entry's dQ of a light row tile in 16-bit (dq is the
+// accumulator, bl_bwd_dq16_tile) its gain grows with the entries: 16.5 measured better than 4.5
+// at 16k x 16 x 128 (3 % kept -41 us, 10 % -61, causal 10 % -41; the causal 25 % row, 16
+// entries a tile, level: bench/results/bwd-s97-dq16-probe-timelines.txt, bwd-s97-dq16-probe3.txt).
+constexpr unsigned long long BL_DQ_DIRECT_MAX_ENTRIES_X2 = 33;  // 2 x 16.5
 __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long *totals,
                                                         const bl_bwd_dims &dm) {
     const unsigned long long row_tiles =
@@ -184,6 +193,36 @@ __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long
 __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals,
                                                      bool causal, bool keys_full) {
     return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals, causal, keys_full);
+}
+// The DIRECT form's light row tiles: at most this many entries, whose dQ in 16-bit goes straight
+// to dq -- stored by a tile's only entry, else added by 16-bit TMA reduce-adds onto the zeros the
+// preprocess wrote -- so that neither the fp32 accumulator's zeros nor its conversion are paid
+// there. Heavier tiles add into the fp32 accumulator as every other kernel does. Rounding after
+// each add costs precision with the entries: relative RMS dq error, bf16 head dim 128, 2.35e-3
+// for one entry, 3.55e-3 at 4, 5.54e-3 at 16, 1.37e-2 at 128, against 2.35e-3 summed in fp32 and
+// 6.5-7.8e-3 for PyTorch's own bf16 backward (dev/cuda/dq_accum_precision.py,
+// bench/results/dq-accum-precision-s97.txt): 16 keeps it inside PyTorch's.
+enum { BL_DQ16_MAX_WRITERS = 16 };
+__host__ __device__ inline bool bl_bwd_dq16_tile(unsigned writers) {
+    return writers <= BL_DQ16_MAX_WRITERS;
+}
+// The zeros a call with a DIRECT candidate needs (bl_bwd_workspace::zeros_pick): only the device
+// knows which kernel runs, from totals the window schedule sums while the preprocess runs.
+#ifdef BL_PP_ZERO_COUNTS
+enum { BL_ZEROS_PICK_INTS = 6 };
+#else
+enum { BL_ZEROS_PICK_INTS = 2 };
+#endif
+enum bl_bwd_zeros_kind {
+    BL_ZEROS_UNKNOWN = 0,  // not known yet: both kinds
+    BL_ZEROS_DQ16 = 1,     // DIRECT runs: dq's light tiles (bl_bwd_dq16_tile), the accumulator's others
+    BL_ZEROS_ACCUM = 2     // another kernel: the whole fp32 accumulator
+};
+__host__ __device__ inline int bl_bwd_zeros_chosen(const unsigned long long *totals,
+                                                   const bl_bwd_dims &dm, bool causal) {
+    const bool direct = !bl_bwd_rows80_chosen(totals, causal, bl_bwd_keys_full(dm, causal)) &&
+                        bl_bwd_dq_direct_chosen(totals, dm);
+    return direct ? BL_ZEROS_DQ16 : BL_ZEROS_ACCUM;
 }
 
 // A split call's parts on the device. The host picks the head split P (bl_bwd_head_split) for
@@ -296,8 +335,11 @@ inline int bl_bwd_chain_carveout(bool behind_selection) {
 // own dependent (the preprocess) starts at once.
 // split: the call's head split (bl_bwd_head_split): each column's record repeated for its parts.
 // carveout: bl_bwd_chain_carveout.
+// zeros_pick: the call has a DIRECT candidate (bwd_params::dq_direct): the schedule's last CTA
+// then writes ws->zeros_pick[1].
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
-                                 int carveout, bl_bwd_workspace *ws, cudaStream_t stream);
+                                 int carveout, bool zeros_pick, bl_bwd_workspace *ws,
+                                 cudaStream_t stream);
 // bwd_lists_sm90.cu: the schedule's window in columns (the records' part-major runs) for a call of
 // head split `split`; with low != NULL also the windows of ws->sched_rec_low (0: none).
 bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
@@ -372,10 +414,13 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 // selection before it) it runs: it touches nothing they read or write, and waits for the
 // schedule before it completes, so that the main kernel launched behind it sees all of them.
 // carveout: bl_bwd_chain_carveout.
+// dq16_zeros (a call with a DIRECT candidate, bwd_params::dq_direct): the zeros are written by
+// zero CTAs at the grid's end, each for one 64-row tile, in the kind ws->zeros_pick says by then
+// (dq in its dtype where bl_bwd_dq16_tile, else the accumulator).
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   int carveout, const bl_bwd_workspace *ws,
-                                   cudaStream_t stream);
+                                   int carveout, bool dq16_zeros, bl_tensor dq,
+                                   const bl_bwd_workspace *ws, cudaStream_t stream);
 // bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`. dq_direct
 // (bwd_params::dq_direct): where version 10 was picked, the row tiles of one entry are in dq
 // already and are left alone.

@@ -208,8 +208,15 @@ __global__ void __launch_bounds__(THREADS)
 bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask, int cols_per_cta,
                    int *__restrict__ counts, int *__restrict__ lists, int *__restrict__ counts80,
                    int *__restrict__ lists80, uint8_t *__restrict__ dq_writers,
-                   unsigned long long *__restrict__ totals) {
+                   unsigned long long *__restrict__ totals, int *__restrict__ zeros_pick) {
     extern __shared__ unsigned col_bits[];
+    // The zeros' pick (bl_bwd_workspace::zeros_pick) reset before this CTA lets the schedule
+    // start: the preprocess's zero CTAs behind it read it without waiting for this grid, ~20 us
+    // later, so they never see the last call's (the fence: stored before the trigger).
+    if (zeros_pick && blockIdx.x == 0 && threadIdx.x == 0) {
+        for (int k = 0; k < BL_ZEROS_PICK_INTS; ++k) zeros_pick[k] = 0;  // (1: BL_ZEROS_UNKNOWN)
+        __threadfence();
+    }
     // The schedule follows as a programmatic dependent (bl_cuda_backward): its CTAs start now
     // and wait for this grid, so that the preprocess behind them can start too. Where this
     // kernel is itself the selection's dependent, the mask is read only once that one is done.
@@ -385,7 +392,8 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
                               const int *__restrict__ counts80, int num_cols, int window, int low,
                               int parts, int split, int *__restrict__ schedule, int4 *__restrict__ recs,
                               int4 *__restrict__ recs_low, int *__restrict__ next,
-                              unsigned long long *__restrict__ totals) {
+                              unsigned long long *__restrict__ totals,
+                              int *__restrict__ zeros_pick) {
     static_assert(SPLIT == 1 || SPLIT == 4, "one thread a column, or a quarter of the window each");
     constexpr int COLS = SCHED_RANK_THREADS / SPLIT;  // columns a CTA ranks
     constexpr int SEG = 32 / SPLIT;                   // lanes that share a quarter
@@ -413,6 +421,45 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     }
     const int ci = i < n ? counts[w0 + i] : 0;
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
+    if (counts80) {
+        // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
+        // global atomic per warp; before the ranks, so that the preprocess's zero CTAs learn the
+        // pick early (zeros_pick).
+        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
+        if (i < n && q == 0) {  // one lane a column
+            s[0] = (unsigned long long)ci;
+            s[1] = (unsigned long long)c80;
+            // the pairs the mask drops of the G x (row tiles the column allows) (bl_bwd_masked_full)
+            s[2] = (unsigned long long)(dm.group * bl_bwd_allowed_row_tiles(dm, causal,
+                                                                            (w0 + i) % dm.tiles_n) -
+                                        ci);
+            // the packed 80-row entries (bl_bwd_packed_chosen)
+            s[3] = (unsigned long long)bl_bwd_packed_count(ci);
+        }
+#pragma unroll
+        for (int t = 0; t < BL_BWD_TOTALS; ++t) {
+            for (int off = 16; off > 0; off >>= 1) s[t] += __shfl_xor_sync(0xffffffffu, s[t], off);
+            if ((threadIdx.x & 31) == 0) atomicAdd(&totals[t], s[t]);
+        }
+        if (zeros_pick != nullptr) {
+            // The last CTA to add its share reads the final totals and publishes the zeros the
+            // call needs (bl_bwd_zeros_chosen: the main kernels' own pick from the same totals).
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                __threadfence();
+                if (atomicAdd(&zeros_pick[0], 1) == (int)gridDim.x - 1) {
+                    __threadfence();
+                    unsigned long long t[BL_BWD_TOTALS];
+#pragma unroll
+                    for (int k = 0; k < BL_BWD_TOTALS; ++k) t[k] = __ldcg(totals + k);
+                    const int kind = bl_bwd_zeros_chosen(t, dm, causal != 0);
+                    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(zeros_pick + 1),
+                                 "r"(kind)
+                                 : "memory");
+                }
+            }
+        }
+    }
     // rank = heavier columns + equal ones before i (all lanes take part in the shuffles); the
     // sub-window's rank counts those of them in [lo, lo + low)
     int r0 = 0, r1 = 0, s0 = 0, s1 = 0;
@@ -450,26 +497,6 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
         for (int j = 0; j < split; ++j)
             recs[(int64_t)w0 * split + (int64_t)j * n + rank] = make_int4(w0 + i, ci, c80, j);
         if (low > 0) recs_low[w0 + lo + s0 + s1] = make_int4(w0 + i, ci, c80, 0);
-    }
-    if (counts80) {
-        // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
-        // global atomic per warp.
-        unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
-        if (i < n && q == 0) {  // one lane a column
-            s[0] = (unsigned long long)ci;
-            s[1] = (unsigned long long)c80;
-            // the pairs the mask drops of the G x (row tiles the column allows) (bl_bwd_masked_full)
-            s[2] = (unsigned long long)(dm.group * bl_bwd_allowed_row_tiles(dm, causal,
-                                                                            (w0 + i) % dm.tiles_n) -
-                                        ci);
-            // the packed 80-row entries (bl_bwd_packed_chosen)
-            s[3] = (unsigned long long)bl_bwd_packed_count(ci);
-        }
-#pragma unroll
-        for (int t = 0; t < BL_BWD_TOTALS; ++t) {
-            for (int off = 16; off > 0; off >>= 1) s[t] += __shfl_xor_sync(0xffffffffu, s[t], off);
-            if ((threadIdx.x & 31) == 0) atomicAdd(&totals[t], s[t]);
-        }
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         recs[(int64_t)num_cols * split] = make_int4(-1, 0, 0, 0);
@@ -542,7 +569,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             bl_bwd_chain_carveout(dependent), dm, causal, mask, per,
                             ws->counts, ws->lists, rows80 ? ws->counts80 : (int *)NULL,
                             rows80 ? ws->lists80 : (int *)NULL, ws->dq_writers,
-                            rows80 ? ws->totals : (unsigned long long *)NULL));
+                            rows80 ? ws->totals : (unsigned long long *)NULL,
+                            rows80 ? ws->zeros_pick : (int *)NULL));
     return BL_OK;
 }
 
@@ -596,7 +624,12 @@ static int sched_rank_split(const bl_bwd_dims &dm) {
 }
 
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
-                                 int carveout, bl_bwd_workspace *ws, cudaStream_t stream) {
+                                 int carveout, bool zeros_pick, bl_bwd_workspace *ws,
+                                 cudaStream_t stream) {
+    // (the pick needs the totals, which only the window kernel sums: masked head-dim-128 calls)
+    if (zeros_pick && (!rows80 || dm.head_dim != 128))
+        return bl_set_error(BL_ERR_INTERNAL, "zeros pick without totals (head dim %lld)",
+                            (long long)dm.head_dim);
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch
     int window = 0, low = 0;
     BL_TRY(bl_bwd_schedule_window(dm, causal != 0, split, &window, &low));
@@ -621,6 +654,7 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
                             dm, causal, (const int *)ws->counts,
                             rows80 ? (const int *)ws->counts80 : (const int *)NULL, (int)cols,
                             window, low, parts, split, ws->schedule, ws->sched_rec,
-                            ws->sched_rec_low, ws->sched_next, ws->totals));
+                            ws->sched_rec_low, ws->sched_next, ws->totals,
+                            zeros_pick ? ws->zeros_pick : (int *)NULL));
     return BL_OK;
 }

@@ -217,6 +217,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_done = ws_take(&off, split > 1 ? cols * sizeof(int) : 0);
     size_t o_next = ws_take(&off, sizeof(int));
     size_t o_unkept = ws_take(&off, 2 * BL_BWD_TM_DENSE * sizeof(float));
+    size_t o_pick = ws_take(&off, BL_ZEROS_PICK_INTS * sizeof(int));
     if (base && ws) {
         char *p = (char *)base;
         ws->dq_accum = (float *)(p + o_dq);
@@ -233,6 +234,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->sched_rec_low = (int4 *)(p + o_rec_low);
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
+        ws->zeros_pick = (int *)(p + o_pick);
         ws->dq_writers = (uint8_t *)(p + o_writers);
         ws->dkv_part = part_floats ? (float *)(p + o_part) : NULL;
         ws->dkv_done = split > 1 ? (int *)(p + o_done) : NULL;
@@ -274,6 +276,90 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
     return __half_as_ushort(__float2half_rn(x));
 }
 
+// The zero CTAs of a call with a DIRECT candidate (bl_bwd_preprocess_launch, dq16_zeros): which
+// zeros the call needs is known only once the window schedule has summed its totals (it writes
+// zeros_pick[1]), while the preprocess runs beside it. Every form that chose the accumulator's
+// zeros in the preprocess cost the calls that pick the accumulator's kernel 7-13 us (v2's zero
+// CTAs of either kind among the row CTAs: 68-71 us against 58; v3 / v3b / v3c's pick read in
+// the row CTAs: bench/results/bwd-s103-dq16-v3.txt, bwd-s105-dq16-v3c.txt). So here the row
+// CTAs are the shipped ones -- the whole fp32 accumulator zeroed in every call, which is what
+// the DIRECT form's heavy tiles and every other kernel need -- and only dq's zeros for light
+// tiles are the zero CTAs' (PP_ZERO_TILES tiles each). By default they run after every row CTA,
+// when the pick is known: where it is the accumulator's they return at once, where it is DIRECT
+// they zero dq's light tiles that have other than one entry (a tile's only entry stores). A zero
+// CTA that finds no pick yet zeroes dq in all its tiles (the writer counts may not be there).
+// Dev builds (dev/cuda/dq16_device.sh time): -DBL_PP_ZERO_FIRST_ROWS=N puts the first zero CTA
+// after N row CTAs and spreads the rest evenly over the grid (v2's placement);
+// -DBL_PP_ZERO_TILES=N gives each zero CTA N tiles; -DBL_PP_ZERO_COUNTS counts the zero CTAs by
+// the kind they found (bl_bwd_workspace::zeros_pick[2..5]) and the last of them prints the counts.
+#ifndef BL_PP_ZERO_FIRST_ROWS
+#define BL_PP_ZERO_FIRST_ROWS (-1)  // after every row CTA
+#endif
+#ifdef BL_PP_ZERO_COUNTS
+#include <cstdio>
+#endif
+// PP_ZERO_TILES: 64-row tiles a zero CTA (few CTAs, so that returning ones cost little; at 4, 1024
+// CTAs at 16k x 16 cost an accumulator call ~1.5 us of preprocess, bench/results/
+// bwd-s105-dq16-v4.txt; dev builds: -DBL_PP_ZERO_TILES=N)
+#ifndef BL_PP_ZERO_TILES
+#define BL_PP_ZERO_TILES 4
+#endif
+enum { PP_ZERO_MIN_CTAS = 8, PP_ZERO_FIRST_ROWS = BL_PP_ZERO_FIRST_ROWS,
+       PP_ZERO_TILES = BL_PP_ZERO_TILES };
+struct pp_zero_args {
+    uint16_t *dq;            // (B, Sq, Hq, D) in the dtype, strides below
+    int64_t sb, ss, sh;
+    int *zeros_pick;         // bl_bwd_workspace::zeros_pick
+    const uint8_t *dq_writers;
+    int64_t row_blocks;      // the row CTAs (preprocess_rows)
+    int64_t zero_blocks;     // the zero CTAs, PP_ZERO_TILES 64-row tiles each
+    int64_t tiles;           // the 64-row tiles, B x Hq x tiles_m
+    int64_t first_rows;      // the row CTAs before the first zero CTA
+    unsigned period;         // then a zero CTA every `period` CTAs (>= 1)
+};
+
+// Zero CTA `cta`: tiles cta * PP_ZERO_TILES .. of (b, h, m) in dq_writers' order; with
+// BL_ZEROS_DQ16 the rows of dq of those that are light (bl_bwd_dq16_tile) with other than one
+// entry, with BL_ZEROS_UNKNOWN the rows of dq of all, with BL_ZEROS_ACCUM none.
+template <int D>
+__device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, const pp_zero_args &z,
+                                                      int64_t cta) {
+    constexpr int TPR = D / PP_VEC;  // 16-byte pieces of a dq row
+    int kind;
+    // acquire: the tiles' writers, read below, were written before the pick was (the schedule's
+    // last CTA waited for the lists kernel)
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(kind) : "l"(z.zeros_pick + 1)
+                 : "memory");
+#ifdef BL_PP_ZERO_COUNTS
+    if (threadIdx.x == 0 && kind >= 0 && kind <= BL_ZEROS_ACCUM) {
+        int *counts = z.zeros_pick + 2;  // per kind, then the zero CTAs counted
+        atomicAdd(counts + kind, 1);
+        __threadfence();
+        if (atomicAdd(counts + 3, 1) == (int)z.zero_blocks - 1)
+            printf("bl zero CTAs: unknown %d dq16 %d accum %d of %lld\n", atomicAdd(counts, 0),
+                   atomicAdd(counts + 1, 0), atomicAdd(counts + 2, 0), (long long)z.zero_blocks);
+    }
+#endif
+    if (kind == BL_ZEROS_ACCUM) return;
+    for (int j = 0; j < PP_ZERO_TILES; ++j) {
+        const int64_t tile = cta * PP_ZERO_TILES + j;
+        if (tile >= z.tiles) return;
+        if (kind == BL_ZEROS_DQ16) {
+            const unsigned w = bl_bwd_tile_writers(
+                __ldcg(reinterpret_cast<const uint4 *>(z.dq_writers) + tile));
+            if (!bl_bwd_dq16_tile(w) || w == 1) continue;
+        }
+        const int64_t m = tile % dm.tiles_m;
+        const int64_t h = (tile / dm.tiles_m) % dm.heads_q;
+        const int64_t b = tile / (dm.tiles_m * dm.heads_q);
+        const int rows = (int)min((int64_t)BL_BWD_TM, dm.seqlen_q - m * BL_BWD_TM);
+        uint16_t *row0 = z.dq + b * z.sb + m * BL_BWD_TM * z.ss + h * z.sh;
+        for (int x = threadIdx.x; x < rows * TPR; x += PP_THREADS)
+            *reinterpret_cast<uint4 *>(row0 + (x / TPR) * z.ss + (x % TPR) * PP_VEC) =
+                make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
 // One row (b, h, i) of D elements per D/PP_VEC consecutive threads, i fastest, so that the
 // per-row lse reads and dlt / lse_log2 writes are contiguous across a warp (with h fastest they
 // were one 4-byte access per sector, and the kernel 2.5 % slower:
@@ -281,22 +367,20 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // piece either way. Rows i in [Sq, Sq_pad)
 // only write the padding of dlt / lse_log2.
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
-// dq_accum: its first zero_rows * B * Hq * D floats zeroed, 8 per thread in thread order:
+// dq_accum (ZEROS): its first zero_rows * B * Hq * D floats zeroed, 8 per thread in thread order:
 // zero_rows = Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
 // (bl_bwd_dq_accum_rows, <= Sq_pad, so the grid covers the range). unkept_rows
 // (bl_bwd_workspace) is filled too, and a split call's dkv_done (done_cols ints; NULL: none)
-// zeroed.
-template <typename T, int D>
-__global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
-                         int64_t o_ss, int64_t o_sh, const uint16_t *__restrict__ dout,
-                         int64_t do_sb, int64_t do_ss, int64_t do_sh,
-                         const float *__restrict__ lse, float *__restrict__ dlt,
-                         float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                         int64_t zero_rows, float *__restrict__ unkept_rows,
-                         int *__restrict__ dkv_done, int64_t done_cols) {
+// zeroed. block: this CTA's index among those that run this, blocks their number (0: the grid).
+template <typename T, int D, bool ZEROS>
+__device__ __forceinline__ void preprocess_rows(
+    const bl_bwd_dims &dm, const uint16_t *__restrict__ out, int64_t o_sb, int64_t o_ss,
+    int64_t o_sh, const uint16_t *__restrict__ dout, int64_t do_sb, int64_t do_ss, int64_t do_sh,
+    const float *__restrict__ lse, float *__restrict__ dlt, float *__restrict__ lse_log2,
+    float *__restrict__ dq_accum, int64_t zero_rows, float *__restrict__ unkept_rows,
+    int *__restrict__ dkv_done, int64_t done_cols, int64_t block, int64_t blocks) {
     constexpr int TPR = D / PP_VEC;  // threads per row
-    const int64_t tid = (int64_t)blockIdx.x * PP_THREADS + threadIdx.x;
+    const int64_t tid = block * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
     const int part = (int)(tid % TPR);
     const int64_t rows = dm.batch * dm.seqlen_q_pad * dm.heads_q;
@@ -305,7 +389,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
     if (tid < 2 * BL_BWD_TM_DENSE) unkept_rows[tid] = tid < BL_BWD_TM_DENSE ? INFINITY : 0.0f;
     // (a stride: with Sq << Sk the columns can outnumber the threads)
     if (dkv_done)
-        for (int64_t c = tid; c < done_cols; c += (int64_t)gridDim.x * PP_THREADS) dkv_done[c] = 0;
+        for (int64_t c = tid; c < done_cols; c += (blocks ? blocks : (int64_t)gridDim.x) * PP_THREADS)
+            dkv_done[c] = 0;
     const int64_t i = row % dm.seqlen_q_pad;
     const int64_t h = (row / dm.seqlen_q_pad) % dm.heads_q;
     const int64_t b = row / (dm.heads_q * dm.seqlen_q_pad);
@@ -318,7 +403,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
     }
-    if (tid * PP_VEC < dm.batch * zero_rows * dm.heads_q * D) {
+    if (ZEROS && tid * PP_VEC < dm.batch * zero_rows * dm.heads_q * D) {
         float4 *acc = reinterpret_cast<float4 *>(dq_accum + tid * PP_VEC);
         acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
         acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -335,14 +420,59 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
         dlt[at] = (i < dm.seqlen_q) ? dot : 0.0f;
         lse_log2[at] = l2;
     }
-    // Launched behind the schedule kernel (a programmatic dependent, beside which it runs, and
-    // beside the lists kernel and the selection before that): the schedule must complete before
-    // this grid does, so that the main kernel launched behind this one sees the lists and the
-    // schedule (the schedule waited for the lists kernel, that one for the selection). One CTA
-    // waiting is enough for that -- the grid completes when its last CTA does -- so only the last
-    // one, which starts last, waits: with every CTA waiting, the first wave held its SMs until
-    // the schedule was done, and the kernel ran 7 us (16k x 16 x 128) to 28 us (32k x 24) longer
-    // (bench/results/bwd-s49-fixed-chain.txt, run 1).
+}
+
+// Launched behind the schedule kernel (a programmatic dependent, beside which it runs, and
+// beside the lists kernel and the selection before that): the schedule must complete before
+// this grid does, so that the main kernel launched behind this one sees the lists and the
+// schedule (the schedule waited for the lists kernel, that one for the selection). One CTA
+// waiting is enough for that -- the grid completes when its last CTA does -- so only the last
+// one, which starts last, waits: with every CTA waiting, the first wave held its SMs until
+// the schedule was done, and the kernel ran 7 us (16k x 16 x 128) to 28 us (32k x 24) longer
+// (bench/results/bwd-s49-fixed-chain.txt, run 1).
+template <typename T, int D>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
+                         int64_t o_ss, int64_t o_sh, const uint16_t *__restrict__ dout,
+                         int64_t do_sb, int64_t do_ss, int64_t do_sh,
+                         const float *__restrict__ lse, float *__restrict__ dlt,
+                         float *__restrict__ lse_log2, float *__restrict__ dq_accum,
+                         int64_t zero_rows, float *__restrict__ unkept_rows,
+                         int *__restrict__ dkv_done, int64_t done_cols) {
+    preprocess_rows<T, D, true>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse, dlt,
+                                lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done, done_cols,
+                                blockIdx.x, 0);
+    if (blockIdx.x == gridDim.x - 1) griddep_wait();
+}
+
+// The same with zero CTAs beside the row CTAs (preprocess_zero_tiles; head dim 128: version
+// 10's DIRECT form), at the shipped form's 8 CTAs an SM (<= 32 registers): at 40 the row CTAs
+// would run 6 an SM, fewer loads in flight in a bandwidth-bound kernel.
+template <typename T>
+__global__ void __launch_bounds__(PP_THREADS, PP_ZERO_MIN_CTAS)
+bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
+                               int64_t o_ss, int64_t o_sh, const uint16_t *__restrict__ dout,
+                               int64_t do_sb, int64_t do_ss, int64_t do_sh,
+                               const float *__restrict__ lse, float *__restrict__ dlt,
+                               float *__restrict__ lse_log2, float *__restrict__ dq_accum,
+                               int64_t zero_rows, float *__restrict__ unkept_rows,
+                               int *__restrict__ dkv_done, int64_t done_cols, pp_zero_args z) {
+    // Past the first z.first_rows row CTAs, groups of z.period CTAs whose last is a zero CTA (the
+    // group's index its number) until there are z.zero_blocks, then the rest of the row CTAs.
+    // 32-bit: the grid's size is.
+    const unsigned p = blockIdx.x - (unsigned)z.first_rows;  // (wraps below first_rows)
+    const unsigned group = p / z.period;
+    const bool zero = blockIdx.x >= (unsigned)z.first_rows && group < (unsigned)z.zero_blocks &&
+                      p % z.period == z.period - 1;
+    // the zero CTAs before this one
+    const unsigned zeros_before = blockIdx.x < (unsigned)z.first_rows ? 0u
+                                  : min((unsigned)z.zero_blocks, (p + 1) / z.period);
+    if (zero)
+        preprocess_zero_tiles<128>(dm, z, group);
+    else
+        preprocess_rows<T, 128, true>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse,
+                                      dlt, lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done,
+                                      done_cols, blockIdx.x - zeros_before, z.row_blocks);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
@@ -515,7 +645,8 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
             dq_writers ? bl_bwd_tile_writers(bl_bwd_tile_writer_runs(
                              dq_writers, (b * dm.heads_q + h) * dm.tiles_m + i / BL_BWD_TM))
                        : 2u;
-        mine[x] = item < PART_ITEMS && i < dm.seqlen_q && !(dq_direct && writers == 1);
+        // (the DIRECT form's light tiles are in dq already: bl_bwd_dq16_tile)
+        mine[x] = item < PART_ITEMS && i < dm.seqlen_q && !(dq_direct && bl_bwd_dq16_tile(writers));
         if (mine[x] && writers != 0) a[x][0] = acc[0], a[x][1] = acc[1];
     }
 #pragma unroll
@@ -592,16 +723,51 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
                                   const float *lse, bl_dq_layout layout, int carveout,
-                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
+                                  bool dq16_zeros, bl_tensor dq, const bl_bwd_workspace *ws,
+                                  cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     const int64_t zero_rows = bl_bwd_dq_accum_rows(dm, layout);
+    pp_zero_args z = {};
+    int64_t zero_blocks = 0;
+    if (dq16_zeros) {
+        // (the DIRECT form is version 10's: head dim 128, dq writers counted)
+        if (D != 128 || ws->dq_writers == NULL || ws->zeros_pick == NULL)
+            return bl_set_error(BL_ERR_INTERNAL, "dq16 zeros at head dim %d", D);
+        z.tiles = dm.batch * dm.heads_q * dm.tiles_m;
+        zero_blocks = (z.tiles + PP_ZERO_TILES - 1) / PP_ZERO_TILES;
+        z.dq = (uint16_t *)dq.data;
+        z.sb = dq.stride_b, z.ss = dq.stride_s, z.sh = dq.stride_h;
+        z.zeros_pick = ws->zeros_pick;
+        z.dq_writers = ws->dq_writers;
+        z.row_blocks = blocks;
+        z.zero_blocks = zero_blocks;
+        z.first_rows = PP_ZERO_FIRST_ROWS < 0          ? blocks
+                       : blocks / 2 < PP_ZERO_FIRST_ROWS ? blocks / 2
+                                                         : PP_ZERO_FIRST_ROWS;
+        // (period - 1) x zero_blocks <= the row CTAs left: the zero CTAs all fit among them
+        z.period = (unsigned)((blocks - z.first_rows + zero_blocks) / zero_blocks);
+        if (blocks + zero_blocks >= (int64_t(1) << 31))
+            return bl_set_error(BL_ERR_INTERNAL, "preprocess grid of %lld CTAs",
+                                (long long)(blocks + zero_blocks));
+    }
+    const int64_t done_cols = dm.batch * dm.heads_k * dm.tiles_n;
+    if (dq16_zeros) {
+        BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_zeros_kernel<T>,
+                                dim3((unsigned)(blocks + zero_blocks)), dim3(PP_THREADS), 0, stream,
+                                /*dependent=*/true, carveout, dm, (const uint16_t *)out.data,
+                                out.stride_b, out.stride_s, out.stride_h,
+                                (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
+                                dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum,
+                                zero_rows, ws->unkept_rows, ws->dkv_done, done_cols, z));
+        return BL_OK;
+    }
     BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
                             dim3(PP_THREADS), 0, stream, /*dependent=*/true, carveout, dm,
                             (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
                             (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
-                            ws->unkept_rows, ws->dkv_done, dm.batch * dm.heads_k * dm.tiles_n));
+                            ws->unkept_rows, ws->dkv_done, done_cols));
     return BL_OK;
 }
 
@@ -662,14 +828,14 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
 
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   int carveout, const bl_bwd_workspace *ws,
-                                   cudaStream_t stream) {
+                                   int carveout, bool dq16_zeros, bl_tensor dq,
+                                   const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
     auto typed = dm.head_dim == 64 ? (bf16 ? preprocess_typed<__nv_bfloat16, 64>
                                            : preprocess_typed<__half, 64>)
                                    : (bf16 ? preprocess_typed<__nv_bfloat16, 128>
                                            : preprocess_typed<__half, 128>);
-    return typed(dm, out, dout, lse, layout, carveout, ws, stream);
+    return typed(dm, out, dout, lse, layout, carveout, dq16_zeros, dq, ws, stream);
 }
 
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,

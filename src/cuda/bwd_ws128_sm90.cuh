@@ -297,18 +297,28 @@ __device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N
     }
 }
 
-// A row tile's only entry's dQ in 16-bit (bwd_params::dq_direct), staged by ws_stage_dkv in the
-// entry's staging buffer sbuf as two 64-column panels of BM rows, warpgroup wg's at wg x
-// WS_DQ16_PANEL_BYTES; the reducer stores them to dq rows m BM.. of q head h with two TMA stores
-// (rows past Sq are skipped).
+// A light row tile's entry's dQ in 16-bit (bwd_params::dq_direct, bl_bwd_dq16_tile), staged by
+// ws_stage_dkv in the entry's staging buffer sbuf as two 64-column panels of BM rows, warpgroup
+// wg's at wg x WS_DQ16_PANEL_BYTES; the reducer puts them in dq rows m BM.. of q head h with two
+// TMA copies (rows past Sq are skipped): stores where the tile has one entry, else 16-bit
+// reduce-adds onto the zeros the preprocess wrote. One code path, the copy chosen by a predicate:
+// with the two copies in two branches the reducer spilled twice as much (the dq16 probe,
+// bench/results/bwd-s97-dq16-probe-compile.txt).
 constexpr uint32_t WS_DQ16_PANEL_BYTES = BM * PANEL_ROW_BYTES;
 static_assert(2 * WS_DQ16_PANEL_BYTES <= WARPS * DQ_WARP_BYTES, "inside one staging buffer");
-__device__ __forceinline__ void ws_store_dq16(const bwd_params &p, uint32_t sbuf, int h, int m,
-                                              int b) {
+__device__ __forceinline__ void ws_put_dq16(const bwd_params &p, uint32_t sbuf, int h, int m,
+                                            int b, bool add) {
 #pragma unroll
     for (int panel = 0; panel < 2; ++panel)
-        tma_store_4d(&p.tm_dq16, sbuf + panel * WS_DQ16_PANEL_BYTES, panel * PANEL_COLS, m * BM, h,
-                     b);
+        asm volatile(
+            "{\n.reg .pred a;\nsetp.ne.u32 a, %6, 0;\n"
+            "@a cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+            " [%0, {%2, %3, %4, %5}], [%1];\n"
+            "@!a cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+            " [%0, {%2, %3, %4, %5}], [%1];\n}\n" ::"l"(&p.tm_dq16),
+            "r"(sbuf + panel * WS_DQ16_PANEL_BYTES), "r"(panel * PANEL_COLS), "r"(m * BM), "r"(h),
+            "r"(b), "r"((unsigned)add)
+            : "memory");
     bulk_commit_group();
 }
 
@@ -381,8 +391,9 @@ __device__ __forceinline__ void bl_tlcol_store(bool on, int row, int k, int i, i
 // WITH_DQ = false: dK and dV only (no dS staging, no dQ product, no reduce-adds), for calls
 // whose dQ the dq-rows kernel computes (bwd_dqrows_sm90.cuh); the staging ring then carries only
 // each column's dK / dV, at positions 2k, 2k + 1.
-// DIRECT: a row tile's only entry writes its dQ to dq itself (bwd_params::dq_direct), for the
-// masked calls bl_bwd_dq_direct_chosen picks. Its own instantiation, because the branch it
+// DIRECT: the entries of a light row tile (bl_bwd_dq16_tile) write their dQ to dq itself in
+// 16-bit (bwd_params::dq_direct, ws_put_dq16), for the masked calls bl_bwd_dq_direct_chosen
+// picks; heavier tiles add into the fp32 accumulator. Its own instantiation, because the branch it
 // puts in the consumers' entry loop (16-bit or fp32 staging) moves that loop's schedule: +1.3..
 // 1.6 % on 32k x 24 causal calls at 10 % kept and +3.7 % at 16k causal 25 %, where few tiles
 // have one entry (bench/results/bwd-s52-dq-direct.txt). DIRECT = false is the kernel as before.
@@ -501,7 +512,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                         ++kc;
                     }
                     if (DIRECT) {
-                        s_dq_flags[gi & 3] = direct && bl_bwd_tile_writers(writers) == 1;
+                        s_dq_flags[gi & 3] = direct && bl_bwd_dq16_tile(bl_bwd_tile_writers(writers));
                         mbarrier_arrive(bars + ws_bars::FULL + 8 * buf);
                         if (direct && it + 1 < cl.count)
                             next_writers = bl_bwd_tile_writer_runs(p.dq_writers, tile0 + cl.list[it + 1]);
@@ -529,17 +540,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     int h, m;
                     ws_split_code(cl.list[it], tiles_m, dm.group == 1, h, m);
                     h += (int)(cl.g * dm.group);
-                    // A row tile's only entry stores its dQ: no read of the zeros; in the
-                    // DIRECT form in 16-bit straight to dq (the consumers staged it so).
-                    const bool store = bl_bwd_tile_writers(next_writers) == 1;
+                    // A row tile's only entry stores its dQ: no read of the zeros. In the
+                    // DIRECT form a light tile's entries go to dq in 16-bit (the consumers
+                    // staged them so), stored or added (ws_put_dq16).
+                    const unsigned tile_writers = bl_bwd_tile_writers(next_writers);
+                    const bool store = tile_writers == 1;
+                    const bool dq16 = DIRECT && p.dq_direct && bl_bwd_dq16_tile(tile_writers);
                     if (p.dq_writers != nullptr && it + 1 < cl.count)
                         next_writers = writers(it + 1);
                     BL_TLR(0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TLR(1);
-                    if (DIRECT && store && p.dq_direct) {
-                        ws_store_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
-                                      (int)cl.b);
+                    if (dq16) {
+                        ws_put_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
+                                    (int)cl.b, !store);
                     } else {
 #pragma unroll 1
                         for (int w = 0; w < WARPS; ++w) {

@@ -408,6 +408,56 @@ def test_gpu_causal_version10_low_keeps(dtype, sq, sk, keep, diagonal):
     check_masked_backward(got, q, k, v, out, dout, True, mask)
 
 
+def light_and_heavy_rows_mask(heads, sq, sk, causal, generator):
+    """A (1, heads, Tm, Tn) tile mask whose row tiles keep 0, 1, 2, 5, 16 or 17 of the key tiles
+    the causal mask allows them (chosen at random), and every 16th row tile all of them."""
+    tm, tn = back_lite.num_tiles(sq, sk, DEV)
+    bm, bn = tile()
+    counts = (0, 1, 2, 5, 16, 17)
+    mask = torch.zeros(1, heads, tm, tn, dtype=torch.bool)
+    for h in range(heads):
+        for m in range(tm):
+            # with a causal mask: the key tiles up to the one holding the tile's last diagonal key
+            allowed = tn if not causal else min(tn, (min(m * bm + bm, sq) - 1 + sk - sq) // bn + 1)
+            c = allowed if m % 16 == 15 else min(counts[(m + h) % len(counts)], allowed)
+            mask[0, h, m, torch.randperm(allowed, generator=generator)[:c]] = True
+    return mask.to(DEV)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_direct_light_and_heavy_row_tiles(dtype, causal):
+    """Version 10's DIRECT form (masked head-dim-128 calls averaging at most 16.5 entries a row
+    tile): a light row tile's entries (at most 16, bl_bwd_dq16_tile) put their dQ in dq in 16-bit
+    -- stored by a tile's only entry, added onto the preprocess's zeros by the others -- while a
+    heavier tile's add into the fp32 accumulator, which the postprocess converts. One call with
+    tiles of 0, 1, 2, 5, 16, 17 and all 32 entries; Sq ends inside its last row tile."""
+    q, k, v = random_qkv(1, 4000, 4096, 4, 4, 128, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    mask = light_and_heavy_rows_mask(4, 4000, 4096, causal, torch.Generator().manual_seed(3))
+    assert mask.sum(-1).float().mean() <= 16.5  # the DIRECT form's gate
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+
+
+def test_gpu_direct_and_other_picks_in_turn():
+    """The preprocess zeroes dq (16-bit) or the fp32 accumulator as the device's pick for the
+    call says (bl_bwd_workspace::zeros_pick, reset by the lists kernel): calls of one shape
+    that pick the DIRECT form (3 % kept, ~1 entry a row tile) and another kernel (70 %, ~22
+    entries: past the DIRECT gate) in turn, in one workspace, each against the reference -- a
+    pick left over from the call before would leave the other kind's zeros unwritten."""
+    q, k, v = random_qkv(1, 2048, 4096, 4, 4, 128, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v)
+    tm, tn = back_lite.num_tiles(2048, 4096, DEV)
+    gen = torch.Generator(device=DEV).manual_seed(4)
+    for keep in (0.03, 0.7, 0.03, 0.7):
+        mask = torch.rand(1, 4, tm, tn, device=DEV, generator=gen) < keep
+        got = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
+        check_masked_backward(got, q, k, v, out, dout, False, mask)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sk", [900, 1024])
 @pytest.mark.parametrize("heads_k", [4, 2], ids=["mha", "gqa_split"])
