@@ -196,8 +196,9 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
 }
 // The DIRECT form's light row tiles: at most this many entries, whose dQ in 16-bit goes straight
 // to dq -- stored by a tile's only entry, else added by 16-bit TMA reduce-adds onto the zeros the
-// preprocess wrote -- so that neither the fp32 accumulator's zeros nor its conversion are paid
-// there. Heavier tiles add into the fp32 accumulator as every other kernel does. Rounding after
+// preprocess wrote -- so that neither the fp32 adds nor the accumulator's conversion are paid
+// there (its zeros still are: the preprocess writes them before the pick is known). Heavier
+// tiles add into the fp32 accumulator as every other kernel does. Rounding after
 // each add costs precision with the entries: relative RMS dq error, bf16 head dim 128, 2.35e-3
 // for one entry, 3.55e-3 at 4, 5.54e-3 at 16, 1.37e-2 at 128, against 2.35e-3 summed in fp32 and
 // 6.5-7.8e-3 for PyTorch's own bf16 backward (dev/cuda/dq_accum_precision.py,
@@ -215,8 +216,8 @@ enum { BL_ZEROS_PICK_INTS = 2 };
 #endif
 enum bl_bwd_zeros_kind {
     BL_ZEROS_UNKNOWN = 0,  // not known yet: both kinds
-    BL_ZEROS_DQ16 = 1,     // DIRECT runs: dq's light tiles (bl_bwd_dq16_tile), the accumulator's others
-    BL_ZEROS_ACCUM = 2     // another kernel: the whole fp32 accumulator
+    BL_ZEROS_DQ16 = 1,     // DIRECT runs: dq's light tiles (bl_bwd_dq16_tile) too
+    BL_ZEROS_ACCUM = 2     // another kernel: the accumulator's zeros only (the row CTAs')
 };
 __host__ __device__ inline int bl_bwd_zeros_chosen(const unsigned long long *totals,
                                                    const bl_bwd_dims &dm, bool causal) {
@@ -414,9 +415,10 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 // selection before it) it runs: it touches nothing they read or write, and waits for the
 // schedule before it completes, so that the main kernel launched behind it sees all of them.
 // carveout: bl_bwd_chain_carveout.
-// dq16_zeros (a call with a DIRECT candidate, bwd_params::dq_direct): the zeros are written by
-// zero CTAs at the grid's end, each for one 64-row tile, in the kind ws->zeros_pick says by then
-// (dq in its dtype where bl_bwd_dq16_tile, else the accumulator).
+// dq16_zeros (a call with a DIRECT candidate, bwd_params::dq_direct): zero CTAs after the row
+// CTAs (which zero the whole accumulator as in every call) also write dq's zeros in its dtype for
+// the light tiles (bl_bwd_dq16_tile) of more than one entry once ws->zeros_pick says DIRECT, and
+// for all their tiles while it is not known yet.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    int carveout, bool dq16_zeros, bl_tensor dq,

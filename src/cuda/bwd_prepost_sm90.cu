@@ -367,12 +367,12 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
 // piece either way. Rows i in [Sq, Sq_pad)
 // only write the padding of dlt / lse_log2.
 // out, dout: (B, Sq, Hq, D); lse: (B, Hq, Sq) fp32; dlt, lse_log2: (B, Hq, Sq_pad);
-// dq_accum (ZEROS): its first zero_rows * B * Hq * D floats zeroed, 8 per thread in thread order:
+// dq_accum: its first zero_rows * B * Hq * D floats zeroed, 8 per thread in thread order:
 // zero_rows = Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
 // (bl_bwd_dq_accum_rows, <= Sq_pad, so the grid covers the range). unkept_rows
 // (bl_bwd_workspace) is filled too, and a split call's dkv_done (done_cols ints; NULL: none)
 // zeroed. block: this CTA's index among those that run this, blocks their number (0: the grid).
-template <typename T, int D, bool ZEROS>
+template <typename T, int D>
 __device__ __forceinline__ void preprocess_rows(
     const bl_bwd_dims &dm, const uint16_t *__restrict__ out, int64_t o_sb, int64_t o_ss,
     int64_t o_sh, const uint16_t *__restrict__ dout, int64_t do_sb, int64_t do_ss, int64_t do_sh,
@@ -403,7 +403,7 @@ __device__ __forceinline__ void preprocess_rows(
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
     }
-    if (ZEROS && tid * PP_VEC < dm.batch * zero_rows * dm.heads_q * D) {
+    if (tid * PP_VEC < dm.batch * zero_rows * dm.heads_q * D) {
         float4 *acc = reinterpret_cast<float4 *>(dq_accum + tid * PP_VEC);
         acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
         acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -439,7 +439,7 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          float *__restrict__ lse_log2, float *__restrict__ dq_accum,
                          int64_t zero_rows, float *__restrict__ unkept_rows,
                          int *__restrict__ dkv_done, int64_t done_cols) {
-    preprocess_rows<T, D, true>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse, dlt,
+    preprocess_rows<T, D>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse, dlt,
                                 lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done, done_cols,
                                 blockIdx.x, 0);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
@@ -470,7 +470,7 @@ bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out,
     if (zero)
         preprocess_zero_tiles<128>(dm, z, group);
     else
-        preprocess_rows<T, 128, true>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse,
+        preprocess_rows<T, 128>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse,
                                       dlt, lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done,
                                       done_cols, blockIdx.x - zeros_before, z.row_blocks);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();

@@ -442,8 +442,8 @@ def test_gpu_direct_light_and_heavy_row_tiles(dtype, causal):
 
 
 def test_gpu_direct_and_other_picks_in_turn():
-    """The preprocess zeroes dq (16-bit) or the fp32 accumulator as the device's pick for the
-    call says (bl_bwd_workspace::zeros_pick, reset by the lists kernel): calls of one shape
+    """The preprocess's zero CTAs write dq's 16-bit zeros only where the device's pick for the
+    call says DIRECT (bl_bwd_workspace::zeros_pick, reset by the lists kernel): calls of one shape
     that pick the DIRECT form (3 % kept, ~1 entry a row tile) and another kernel (70 %, ~22
     entries: past the DIRECT gate) in turn, in one workspace, each against the reference -- a
     pick left over from the call before would leave the other kind's zeros unwritten."""
