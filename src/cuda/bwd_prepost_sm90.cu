@@ -613,8 +613,10 @@ bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restr
 // layout's grid: every load first,
 // then the conversions (a tile layout's shared memory caps the grid's occupancy, so each thread
 // keeps its items' loads in flight together). Rows of a 64-row tile no entry wrote (dq_writers
-// 0) are zeros, not read; with dq_direct those of a tile with one entry are in dq already
-// (bwd_params::dq_direct) and are skipped.
+// 0) are zeros, not read; with dq_direct those of a light tile (bl_bwd_dq16_tile) are in dq
+// already and are skipped. The writers are read before this grid's wait for the main kernels
+// (final by then: bl_bwd_postprocess_picked_kernel), and a CTA with no row to write returns
+// without waiting; the others wait before reading the accumulator.
 template <typename T, int ROWS>
 __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, float scale,
                                                        const float *__restrict__ dq_accum,
@@ -632,14 +634,13 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
     constexpr int ITEMS = (PART_ITEMS + PP_THREADS - 1) / PP_THREADS;  // per thread
     const int64_t row0 = m * ROWS + part * PART_ROWS;
     float4 a[ITEMS][2];
-    bool mine[ITEMS];  // the item's row is this kernel's to write
+    bool mine[ITEMS];    // the item's row is this kernel's to write
+    bool read[ITEMS];    // ... and an entry wrote it (else zeros)
+    bool any = false;
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
         const int item = threadIdx.x + x * PP_THREADS;
         const int64_t i = row0 + item / TPR;
-        const float4 *acc = reinterpret_cast<const float4 *>(
-            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
-        a[x][0] = a[x][1] = make_float4(0.f, 0.f, 0.f, 0.f);
         // unknown without dq_writers: read as written by several entries
         const unsigned writers =
             dq_writers ? bl_bwd_tile_writers(bl_bwd_tile_writer_runs(
@@ -647,7 +648,19 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
                        : 2u;
         // (the DIRECT form's light tiles are in dq already: bl_bwd_dq16_tile)
         mine[x] = item < PART_ITEMS && i < dm.seqlen_q && !(dq_direct && bl_bwd_dq16_tile(writers));
-        if (mine[x] && writers != 0) a[x][0] = acc[0], a[x][1] = acc[1];
+        read[x] = mine[x] && writers != 0;
+        any |= mine[x];
+    }
+    if (!__syncthreads_or(any)) return;
+    griddep_wait();
+#pragma unroll
+    for (int x = 0; x < ITEMS; ++x) {
+        const int item = threadIdx.x + x * PP_THREADS;
+        const int64_t i = row0 + item / TPR;
+        const float4 *acc = reinterpret_cast<const float4 *>(
+            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
+        a[x][0] = a[x][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (read[x]) a[x][0] = acc[0], a[x][1] = acc[1];
     }
 #pragma unroll
     for (int x = 0; x < ITEMS; ++x) {
@@ -678,7 +691,15 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
                                  const uint8_t *__restrict__ dq_writers, bool dq_direct,
                                  uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
     __shared__ __align__(16) float tile[pp_tile_floats(PP80_ROWS)];  // the larger part
-    griddep_wait();  // a programmatic dependent of the main kernels (bl_bwd_postprocess_launch)
+    // A programmatic dependent of the main kernels (bl_bwd_postprocess_launch). The totals and
+    // dq_writers are final before it launches: the first main kernel lets its dependents launch
+    // only after its wait for the preprocess (which waited for the schedule, that one for the
+    // lists kernel), and each kernel after it launches behind the one before. So a CTA reads them
+    // before its own wait, and one whose rows version 10's DIRECT form wrote returns without it:
+    // at 3 % kept every CTA of a ~8-wave grid, 24 us of a 355 us call at 16k x 16 x 128 causal
+    // (bench/results/bwd-s106-timeline-h100.txt). CTA 0 always waits, so that the grid still
+    // completes after the main kernels.
+    if (blockIdx.x == 0) griddep_wait();
     const int64_t blk = blockIdx.x / PP_TILE_PARTS;
     const int part = (int)(blockIdx.x % PP_TILE_PARTS);
     const int64_t r80_blocks = dm.batch * dm.heads_q * dm.tiles_m80;
@@ -687,10 +708,13 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     dq_direct = dq_direct && bl_bwd_dq_direct_chosen(totals, dm);
     if (CAUSAL) {
         if (!bl_bwd_rows80_chosen(totals, true, false)) {
-            if (blk < r80_blocks)
+            if (blk < r80_blocks)  // (waits where it writes)
                 postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq_direct,
                                                      dq, sb, ss, sh, blk, part);
-        } else if (!bl_bwd_masked_full(totals) && bl_bwd_packed_chosen(totals, true)) {
+            return;
+        }
+        griddep_wait();
+        if (!bl_bwd_masked_full(totals) && bl_bwd_packed_chosen(totals, true)) {
             if (blk < r64_blocks)
                 postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
                                                      part, tile);
@@ -702,6 +726,13 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     }
     const bool full = bl_bwd_masked_full(totals);
     const bool rows80 = bl_bwd_rows80_cheaper(totals, false, bl_bwd_keys_full(dm, false));
+    if (!full && !rows80) {
+        if (blk < r64_blocks)  // (waits where it writes)
+            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq_direct, dq,
+                                                 sb, ss, sh, blk, part);
+        return;
+    }
+    griddep_wait();
     if (full || (rows80 && !bl_bwd_packed_chosen(totals, false))) {
         if (blk >= r80_blocks) return;
         if (full)
@@ -710,13 +741,8 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
         else
             postprocess_tile<T, PP80_ROWS, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
                                                  part, tile);
-    } else if (blk < r64_blocks) {
-        if (rows80)
-            postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk,
-                                                 part, tile);
-        else
-            postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq_direct, dq,
-                                                 sb, ss, sh, blk, part);
+    } else if (blk < r64_blocks) {  // packed entries
+        postprocess_tile<T, BL_BWD_TM, true>(dm, scale, dq_accum, dq, sb, ss, sh, blk, part, tile);
     }
 }
 
