@@ -101,6 +101,10 @@ int bl_bwd_head_split(const bl_bwd_dims &dm, bool causal) {
         bl_sm_count(&sms) != BL_OK || sms <= 0)
         return 1;
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;
+#ifdef BL_HEAD_SPLIT_NC_FORCE
+    // dev A/B only: non-causal calls split in this many parts (a divisor of G)
+    if (!causal && dm.group % BL_HEAD_SPLIT_NC_FORCE == 0) return BL_HEAD_SPLIT_NC_FORCE;
+#endif
     if (cols >= (int64_t)SPLIT_MIN_ROUNDS * sms) return 1;
     const double part_cost = dm.head_dim == 64 ? SPLIT_PART_COST_D64 : SPLIT_PART_COST_D128;
     int best = 1;
