@@ -169,9 +169,10 @@ __host__ __device__ inline bool bl_bwd_rows80_cheaper(const unsigned long long *
                                           : totals[1] * BL_R80_ENTRY_COST;
     return cost80 < totals[0] * BL_R64_ENTRY_COST;
 }
-// Whether version 10 writes the dQ of a row tile's only entry itself (bwd_params::dq_direct, its
-// DIRECT form): where the call's 64-row entries average at most 4.5 per row tile (in integers:
-// 2 x entries <= 9 x row tiles). The gain goes with the tiles of one entry (at an average of c
+// Whether version 10's DIRECT form runs (bwd_params::dq_direct: light row tiles write their dQ to
+// dq itself): where the call's 64-row entries average at most BL_DQ_DIRECT_MAX_ENTRIES_X2 / 2 per
+// row tile. First (when only a tile's single entry wrote dq) at most 4.5 (in integers: 2 x entries
+// <= 9 x row tiles). The gain goes with the tiles of one entry (at an average of c
 // per tile, a share e^-c of the entries with a random mask), the DIRECT form's cost with all
 // entries. Measured (bench/results/bwd-s53-direct-threshold.txt, timelines of both forms on the
 // bench's random masks): 32k x 24 causal c 4.03 -8 us (1433 against 1441), c 5.02 +7 us, c 6.53
@@ -424,8 +425,8 @@ bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_ten
                                    int carveout, bool dq16_zeros, bl_tensor dq,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
 // bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`. dq_direct
-// (bwd_params::dq_direct): where version 10 was picked, the row tiles of one entry are in dq
-// already and are left alone.
+// (bwd_params::dq_direct): where version 10's DIRECT form was picked, the light row tiles
+// (bl_bwd_dq16_tile) are in dq already and are left alone.
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
                                     bl_dq_layout layout, bool dq_direct, bl_tensor dq,
                                     const bl_bwd_workspace *ws, cudaStream_t stream);

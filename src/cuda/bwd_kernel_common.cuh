@@ -58,11 +58,12 @@ struct bwd_params {
     // shift changed ptxas's schedule of the causal 80-row kernel (+1.2 % under ncu,
     // bench/results/bwd-s26-dq-writers.txt).
     const uint8_t *dq_writers;
-    // Version 10 on a masked call with dq_writers, where TMA can describe dq: a row tile's only
-    // entry writes its dQ (times scale) to dq itself, as 16-bit values through tm_dq16 (dq as Q
-    // is: (64, BM, 1, 1) boxes), and the dq conversion neither reads nor writes that tile: 2
-    // bytes per element instead of 10 (4 stored into the accumulator, 4 read back and 2 written
-    // by the conversion). 0: such entries store into the accumulator. After dq_writers for the
+    // Version 10 on a masked call with dq_writers, where TMA can describe dq: the entries of a
+    // light row tile (bl_bwd_dq16_tile) write their dQ (times scale) to dq itself, as 16-bit
+    // values through tm_dq16 (dq as Q is: (64, BM, 1, 1) boxes) -- stored by a tile's only entry,
+    // else reduce-added -- and the dq conversion neither reads nor writes that tile: 2 bytes per
+    // element for a one-entry tile instead of 10 (4 stored into the accumulator, 4 read back and
+    // 2 written by the conversion). 0: every entry goes to the accumulator. After dq_writers for the
     // same reason as it.
     int dq_direct;
     CUtensorMap tm_dq16;

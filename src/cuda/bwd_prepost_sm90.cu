@@ -444,8 +444,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
                          int64_t zero_rows, float *__restrict__ unkept_rows,
                          int *__restrict__ dkv_done, int64_t done_cols) {
     preprocess_rows<T, D>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse, dlt,
-                                lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done, done_cols,
-                                blockIdx.x, 0);
+                          lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done, done_cols,
+                          blockIdx.x, 0);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
@@ -475,8 +475,8 @@ bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out,
         preprocess_zero_tiles<128>(dm, z, group);
     else
         preprocess_rows<T, 128>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse,
-                                      dlt, lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done,
-                                      done_cols, blockIdx.x - zeros_before, z.row_blocks);
+                                dlt, lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done,
+                                done_cols, blockIdx.x - zeros_before, z.row_blocks);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
