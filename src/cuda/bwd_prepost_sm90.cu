@@ -364,6 +364,21 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
     }
 }
 
+// The tensors and sizes, one kernel parameter for both preprocess kernels (members in the order
+// the separate parameters had, so the parameter space is laid out as before).
+struct pp_rows_args {
+    const uint16_t *out;
+    int64_t o_sb, o_ss, o_sh;
+    const uint16_t *dout;
+    int64_t do_sb, do_ss, do_sh;
+    const float *lse;
+    float *dlt, *lse_log2, *dq_accum;
+    int64_t zero_rows;
+    float *unkept_rows;
+    int *dkv_done;
+    int64_t done_cols;
+};
+
 // One row (b, h, i) of D elements per D/PP_VEC consecutive threads, i fastest, so that the
 // per-row lse reads and dlt / lse_log2 writes are contiguous across a warp (with h fastest they
 // were one 4-byte access per sector, and the kernel 2.5 % slower:
@@ -375,14 +390,22 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
 // zero_rows = Sq covers the (B, Sq, Hq, D) layouts, the padded rows of the tile layouts theirs
 // (bl_bwd_dq_accum_rows, <= Sq_pad, so the grid covers the range). unkept_rows
 // (bl_bwd_workspace) is filled too, and a split call's dkv_done (done_cols ints; NULL: none)
-// zeroed. block: this CTA's index among those that run this, blocks their number (0: the grid).
+// zeroed (all of them members of `a`). block: this CTA's index among those that run this, blocks
+// their number (0: the grid).
 template <typename T, int D>
-__device__ __forceinline__ void preprocess_rows(
-    const bl_bwd_dims &dm, const uint16_t *__restrict__ out, int64_t o_sb, int64_t o_ss,
-    int64_t o_sh, const uint16_t *__restrict__ dout, int64_t do_sb, int64_t do_ss, int64_t do_sh,
-    const float *__restrict__ lse, float *__restrict__ dlt, float *__restrict__ lse_log2,
-    float *__restrict__ dq_accum, int64_t zero_rows, float *__restrict__ unkept_rows,
-    int *__restrict__ dkv_done, int64_t done_cols, int64_t block, int64_t blocks) {
+__device__ __forceinline__ void preprocess_rows(const bl_bwd_dims &dm, const pp_rows_args &a,
+                                                int64_t block, int64_t blocks) {
+    const uint16_t *__restrict__ out = a.out;
+    const uint16_t *__restrict__ dout = a.dout;
+    const float *__restrict__ lse = a.lse;
+    float *__restrict__ dlt = a.dlt;
+    float *__restrict__ lse_log2 = a.lse_log2;
+    float *__restrict__ dq_accum = a.dq_accum;
+    float *__restrict__ unkept_rows = a.unkept_rows;
+    int *__restrict__ dkv_done = a.dkv_done;
+    const int64_t o_sb = a.o_sb, o_ss = a.o_ss, o_sh = a.o_sh;
+    const int64_t do_sb = a.do_sb, do_ss = a.do_ss, do_sh = a.do_sh;
+    const int64_t zero_rows = a.zero_rows, done_cols = a.done_cols;
     constexpr int TPR = D / PP_VEC;  // threads per row
     const int64_t tid = block * PP_THREADS + threadIdx.x;
     const int64_t row = tid / TPR;
@@ -401,9 +424,12 @@ __device__ __forceinline__ void preprocess_rows(
     float dot = 0.0f;
     if (live && i < dm.seqlen_q) {
         bl_vec16 o, g;
-        o.u = *reinterpret_cast<const uint4 *>(out + b * o_sb + i * o_ss + h * o_sh + part * PP_VEC);
-        g.u = *reinterpret_cast<const uint4 *>(dout + b * do_sb + i * do_ss + h * do_sh +
-                                                part * PP_VEC);
+        // (read-only loads, as the kernels' __restrict__ parameters gave them before they were
+        // one struct)
+        o.u = __ldg(reinterpret_cast<const uint4 *>(out + b * o_sb + i * o_ss + h * o_sh +
+                                                    part * PP_VEC));
+        g.u = __ldg(reinterpret_cast<const uint4 *>(dout + b * do_sb + i * do_ss + h * do_sh +
+                                                    part * PP_VEC));
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
     }
@@ -418,7 +444,7 @@ __device__ __forceinline__ void preprocess_rows(
         const int64_t at = (b * dm.heads_q + h) * dm.seqlen_q_pad + i;
         float l2 = INFINITY;  // exp2(s - inf) = 0: pad rows and rows with no allowed key
         if (i < dm.seqlen_q) {
-            float l = lse[(b * dm.heads_q + h) * dm.seqlen_q + i];
+            float l = __ldg(lse + (b * dm.heads_q + h) * dm.seqlen_q + i);
             if (l != -INFINITY) l2 = l * BL_LOG2E;
         }
         dlt[at] = (i < dm.seqlen_q) ? dot : 0.0f;
@@ -436,16 +462,8 @@ __device__ __forceinline__ void preprocess_rows(
 // (bench/results/bwd-s49-fixed-chain.txt, run 1).
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS)
-bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
-                         int64_t o_ss, int64_t o_sh, const uint16_t *__restrict__ dout,
-                         int64_t do_sb, int64_t do_ss, int64_t do_sh,
-                         const float *__restrict__ lse, float *__restrict__ dlt,
-                         float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                         int64_t zero_rows, float *__restrict__ unkept_rows,
-                         int *__restrict__ dkv_done, int64_t done_cols) {
-    preprocess_rows<T, D>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse, dlt,
-                          lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done, done_cols,
-                          blockIdx.x, 0);
+bl_bwd_preprocess_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a) {
+    preprocess_rows<T, D>(dm, a, blockIdx.x, 0);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
@@ -454,13 +472,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64
 // would run 6 an SM, fewer loads in flight in a bandwidth-bound kernel.
 template <typename T>
 __global__ void __launch_bounds__(PP_THREADS, PP_ZERO_MIN_CTAS)
-bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out, int64_t o_sb,
-                               int64_t o_ss, int64_t o_sh, const uint16_t *__restrict__ dout,
-                               int64_t do_sb, int64_t do_ss, int64_t do_sh,
-                               const float *__restrict__ lse, float *__restrict__ dlt,
-                               float *__restrict__ lse_log2, float *__restrict__ dq_accum,
-                               int64_t zero_rows, float *__restrict__ unkept_rows,
-                               int *__restrict__ dkv_done, int64_t done_cols, pp_zero_args z) {
+bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a,
+                               pp_zero_args z) {
     // Past the first z.first_rows row CTAs, groups of z.period CTAs whose last is a zero CTA (the
     // group's index its number) until there are z.zero_blocks, then the rest of the row CTAs.
     // 32-bit: the grid's size is.
@@ -474,9 +487,7 @@ bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const uint16_t *__restrict__ out,
     if (zero)
         preprocess_zero_tiles<128>(dm, z, group);
     else
-        preprocess_rows<T, 128>(dm, out, o_sb, o_ss, o_sh, dout, do_sb, do_ss, do_sh, lse,
-                                dlt, lse_log2, dq_accum, zero_rows, unkept_rows, dkv_done,
-                                done_cols, blockIdx.x - zeros_before, z.row_blocks);
+        preprocess_rows<T, 128>(dm, a, blockIdx.x - zeros_before, z.row_blocks);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
@@ -781,23 +792,18 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
             return bl_set_error(BL_ERR_INTERNAL, "preprocess grid of %lld CTAs",
                                 (long long)(blocks + zero_blocks));
     }
-    const int64_t done_cols = dm.batch * dm.heads_k * dm.tiles_n;
+    const pp_rows_args a = {(const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
+                            (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
+                            dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
+                            ws->unkept_rows, ws->dkv_done, dm.batch * dm.heads_k * dm.tiles_n};
     if (dq16_zeros) {
         BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_zeros_kernel<T>,
                                 dim3((unsigned)(blocks + zero_blocks)), dim3(PP_THREADS), 0, stream,
-                                /*dependent=*/true, carveout, dm, (const uint16_t *)out.data,
-                                out.stride_b, out.stride_s, out.stride_h,
-                                (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
-                                dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum,
-                                zero_rows, ws->unkept_rows, ws->dkv_done, done_cols, z));
+                                /*dependent=*/true, carveout, dm, a, z));
         return BL_OK;
     }
     BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
-                            dim3(PP_THREADS), 0, stream, /*dependent=*/true, carveout, dm,
-                            (const uint16_t *)out.data, out.stride_b, out.stride_s, out.stride_h,
-                            (const uint16_t *)dout.data, dout.stride_b, dout.stride_s,
-                            dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
-                            ws->unkept_rows, ws->dkv_done, done_cols));
+                            dim3(PP_THREADS), 0, stream, /*dependent=*/true, carveout, dm, a));
     return BL_OK;
 }
 
