@@ -424,8 +424,8 @@ __device__ __forceinline__ void preprocess_rows(const bl_bwd_dims &dm, const pp_
     float dot = 0.0f;
     if (live && i < dm.seqlen_q) {
         bl_vec16 o, g;
-        // (read-only loads, as the kernels' __restrict__ parameters gave them before they were
-        // one struct)
+        // (read-only loads, LDG.CONSTANT: the struct's pointers carry no __restrict__ that would
+        // let the compiler choose them)
         o.u = __ldg(reinterpret_cast<const uint4 *>(out + b * o_sb + i * o_ss + h * o_sh +
                                                     part * PP_VEC));
         g.u = __ldg(reinterpret_cast<const uint4 *>(dout + b * do_sb + i * do_ss + h * do_sh +
