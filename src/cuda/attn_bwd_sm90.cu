@@ -48,6 +48,12 @@
 // and with TMA version 6, the same with a producer warpgroup and warpgroups that take turns.
 #include "bwd_wgmma64p_sm90.cuh"
 #include "bwd_ws64_sm90.cuh"
+#ifdef BL_BWD_WS64_PERSISTENT
+// Dev builds only: the persistent version 6 (bwd_ws64p_sm90.cuh) in place of version 6 on
+// unsplit calls, on at most BL_BWD_WS64_PERSISTENT CTAs (0: one per SM; a small cap makes every
+// CTA walk many columns, for the checks).
+#include "bwd_ws64p_sm90.cuh"
+#endif
 
 namespace bl_bwd {
 
@@ -81,6 +87,20 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
         const size_t smem = wg64p_smem::BYTES;
         // a split call (bl_bwd_head_split): its SPLIT form, a CTA per (column, part)
         const bool split = p.head_split > 1;
+#ifdef BL_BWD_WS64_PERSISTENT
+        if (!split) {
+            int sms = 0;
+            BL_TRY(bl_sm_count(&sms));
+            const int64_t cap = BL_BWD_WS64_PERSISTENT > 0 ? BL_BWD_WS64_PERSISTENT : sms;
+            const int64_t grid = num_cols < cap ? num_cols : cap;
+            BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            bwd_ws64p_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
+            BL_CUDA_CHECK_LAUNCH("bwd_ws64p_kernel");
+            *dq_cols_permuted = true;
+            return BL_OK;
+        }
+#endif
         auto kernel = split ? bwd_ws64_kernel<T, true> : bwd_ws64_kernel<T>;
         BL_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

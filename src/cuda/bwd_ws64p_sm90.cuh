@@ -1,0 +1,464 @@
+// bwd_ws64p_sm90.cuh -- version 6 persistent (dev form, -DBL_BWD_WS64_PERSISTENT): the head-dim-64
+// kernel of bwd_ws64_sm90.cuh with one CTA per SM walking its share of the schedule's columns, so
+// that a column's end overlaps the next column's start. Why: at low keeps version 6's time outside
+// its pairs is ~4-5 us a column (the CTA's launch, K / V landing, the last dQ and dK / dV staged,
+// the stores' and reduce-adds' reads: bench/notes-bwd.md, fifty-ninth and hundred-and-eighth
+// sessions), paid one after another because the next CTA on the SM starts only when this one
+// leaves (~196 KB of shared memory: one CTA an SM).
+// What differs from version 6 (its pair math is the same, line for line):
+// - the walk: a static snake over the schedule (ws64p_position), as the twenty-eighth session's
+//   persistent form had it, so that the column and its count stay warp-uniform values (a column
+//   drawn from the work counter and handed on through shared memory put the pair loop's ring
+//   positions in vector registers there);
+// - every ring (Q / dO pairs, dS, dQ staging) counts the CTA's pairs (gq), not the column's;
+// - a column's dK / dV are staged in the dS buffer its last pair used (free once both
+//   warpgroups' last dQ products are done) and stored by the producer warpgroup's warp 2
+//   (DKVFULL), which then releases that buffer (DSEMPTY, all 256 counts at once); so the Q / dO
+//   ring is never used for staging and the producer loads the next column's first pair, then its
+//   K / V (KVEMPTY: after the last dQ product, which reads K), while the consumers finish;
+// - the last dQ of a column of >= 2 pairs is staged in the other dS buffer as in version 6 and
+//   released by the reducer once read (DSEMPTY); a one-pair column stages it in the dQ staging;
+// - the reducer arrives on DQEMPTY once more at each column's end (after all the column's
+//   reduce-adds have read their staging), so that every column adds as many phases as it has
+//   pairs and the parities stay global;
+// - a column without entries stores its zero dK / dV from the consumers' threads (no TMA).
+#pragma once
+#include "bwd_ws64_sm90.cuh"
+
+namespace bl_bwd {
+
+// mbarriers at wg64p_smem::BARS: FULL / EMPTY (the pair ring; wg64p_tma_pair completes on FULL)
+// and DQFULL / DQEMPTY (one per consumer warpgroup) where ws_bars has them, then the dS ring, K /
+// V and the dK / dV staging.
+struct ws64p_bars {
+    static constexpr uint32_t DSFULL = ws_bars::DQEMPTY + 16;  // [2] a pair's dS, 256 threads
+    static constexpr uint32_t DSEMPTY = DSFULL + 16;  // [2] dS read by both dQ products (256)
+    static constexpr uint32_t KVFULL = DSEMPTY + 16;  // the column's K / V landed (TMA)
+    static constexpr uint32_t KVEMPTY = KVFULL + 8;   // K / V read by all 256 consumer threads
+    static constexpr uint32_t DKVFULL = KVEMPTY + 8;  // dK / dV staged by all 256 consumer threads
+    // dK / dV stored (the stores have read their staging): a column stages its dK / dV only
+    // once the column before's are stored, so that DKVFULL's phases never run two ahead of the
+    // storing thread's waits (a one-pair column stages in the other dS buffer and could).
+    static constexpr uint32_t DKVEMPTY = DKVFULL + 8;
+    static constexpr uint32_t BYTES = DKVEMPTY + 8;
+};
+static_assert(ws_bars::FULL == 0 && ws_bars::EMPTY == 16 && ws_bars::DQFULL == 32 &&
+                  ws_bars::DQEMPTY == 48, "the rings of ws_bars first");
+static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws64p_bars::BYTES, "room for the mbarriers");
+static_assert(wg64p_smem::DS_BUF == 2 * wg64p_smem::PANEL, "dK and dV fit one dS buffer");
+
+// Arrives `count` times at once (a thread standing in for a phase's 256 consumer arrivals).
+__device__ __forceinline__ void mbarrier_arrive_count(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count)
+                 : "memory");
+}
+
+// The CTA's k-th schedule position: round k takes positions k G .. k G + G - 1 (G CTAs),
+// forward in even rounds and backward in odd ones, so that within each window of the schedule
+// (heaviest first) a CTA's heavier column is paired with a lighter one.
+__device__ __forceinline__ int ws64p_position(int k) {
+    const int x = (k & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    return k * (int)gridDim.x + x;
+}
+// How many columns the CTA walks (known up front, so that the walk's counters stay uniform).
+__device__ __forceinline__ int ws64p_cta_columns(int num_cols) {
+    const int rounds = (num_cols + (int)gridDim.x - 1) / (int)gridDim.x;
+    return ws64p_position(rounds - 1) < num_cols ? rounds : rounds - 1;
+}
+// The CTA's k-th column, decoded in 32 bits as version 6 does.
+struct ws64p_column {
+    int b, g, n, count;
+    const int *list;
+};
+__device__ __forceinline__ ws64p_column ws64p_take(const bwd_params &p, int k) {
+    const int4 rec = p.sched_rec[ws64p_position(k)];
+    const int tn = (int)p.dm.tiles_n, hk = (int)p.dm.heads_k;
+    const int bg = rec.x / tn, b = bg / hk;
+    ws64p_column c;
+    c.b = b;
+    c.g = bg - b * hk;
+    c.n = rec.x - bg * tn;
+    c.count = rec.y;
+    c.list = p.lists + (int64_t)rec.x * (p.dm.group * p.dm.tiles_m);
+    return c;
+}
+
+// A column without entries: its dK / dV are zeros, stored by the 256 consumer threads (16-byte
+// stores; keys past Sk left alone).
+template <typename T>
+__device__ __forceinline__ void ws64p_store_zero_dkv(const bwd_params &p, const ws64p_column &cl,
+                                                     int ct) {
+    constexpr int CHUNKS = 64 / CHUNK;  // 16-byte chunks of a key's row
+    const int64_t key0 = (int64_t)cl.n * BN;
+    for (int i = ct; i < 2 * BN * CHUNKS; i += THREADS) {
+        const int x = i / (BN * CHUNKS), r = (i / CHUNKS) % BN, c = i % CHUNKS;
+        if (key0 + r >= p.dm.seqlen_k) continue;
+        T *dst = x == 0 ? static_cast<T *>(p.dk) + cl.b * p.dk_sb + (key0 + r) * p.dk_ss +
+                              cl.g * p.dk_sh
+                        : static_cast<T *>(p.dv) + cl.b * p.dv_sb + (key0 + r) * p.dv_ss +
+                              cl.g * p.dv_sh;
+        *reinterpret_cast<uint4 *>(dst + CHUNK * c) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_constant__ bwd_params p) {
+    constexpr int D = 64;
+    using L = wg64p_smem;
+    constexpr int NQ = PAIR_ROWS / 8;  // n8 tiles of queries (S^T, dP^T): 16
+    constexpr int NQ_ENTRY = BM / 8;   // of them per entry: 8
+    constexpr int ND = D / 8;          // n8 tiles of head dim (dK, dV, dQ): 8
+    constexpr int KSTEPS_D = D / 16;
+    constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
+    constexpr int WG_WARPS = WARPS / 2;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
+    const uint32_t s0 = bl_smem_addr(smem_base);
+    const uint32_t bars = s0 + L::BARS;
+    const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
+    const bl_bwd_dims &dm = p.dm;
+    const int cta_cols = ws64p_cta_columns((int)(dm.batch * dm.heads_k * dm.tiles_n));
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; ++i) {
+            mbarrier_init(bars + ws_bars::FULL + 8 * i, 1);
+            mbarrier_init(bars + ws_bars::EMPTY + 8 * i, THREADS);  // every consumer thread
+            mbarrier_init(bars + ws_bars::DQFULL + 8 * i, WG_WARPS);
+            mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
+            mbarrier_init(bars + ws64p_bars::DSFULL + 8 * i, THREADS);
+            mbarrier_init(bars + ws64p_bars::DSEMPTY + 8 * i, THREADS);
+        }
+        mbarrier_init(bars + ws64p_bars::KVFULL, 1);
+        mbarrier_init(bars + ws64p_bars::KVEMPTY, THREADS);
+        mbarrier_init(bars + ws64p_bars::DKVFULL, THREADS);
+        mbarrier_init(bars + ws64p_bars::DKVEMPTY, 1);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    const int role_wg = bl_warpgroup_uniform();  // 0: producer, 1 and 2: consumers
+    if (role_wg == 0) {
+        // ---- producer warpgroup ----
+        setmaxnreg_dec<WS_PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            // The CTA's pair gq into buffer gq & 1 once pair gq - 2 has been read (the first
+            // wait on each EMPTY passes at once); a column's K / V (the CTA's kc-th load) right
+            // behind its first pair, once the consumers' last dQ products of the column before
+            // are done (KVEMPTY). Columns without entries load nothing.
+            int gq = 0, kc = 0;
+            for (int k = 0; k < cta_cols; ++k) {
+                const ws64p_column cl = ws64p_take(p, k);
+                const int pairs = (cl.count + 1) / 2;
+                for (int it = 0; it < pairs; ++it, ++gq) {
+                    const int buf = gq & 1;
+                    mbarrier_wait(bars + ws_bars::EMPTY + 8 * buf, ((uint32_t)(gq >> 1) & 1u) ^ 1u);
+                    const wg64p_entry e[2] = {
+                        wg64p_decode(p, cl.g, cl.list[2 * it]),
+                        wg64p_decode(p, cl.g, 2 * it + 1 < cl.count ? cl.list[2 * it + 1] : -1)};
+                    wg64p_tma_pair(p, s0, buf, cl.b, e);  // an empty slot's lse / Dlt: `empty1`
+                    if (it == 0) {
+                        mbarrier_wait(bars + ws64p_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
+                        ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws64p_bars::KVFULL, cl.b,
+                                          cl.g, (int64_t)cl.n * BN);
+                        ++kc;
+                    }
+                }
+            }
+        } else if (threadIdx.x == 32) {
+            // Pair gq's dQ, staged by each consumer warpgroup on its own (warps 4w.. hold entry
+            // w's rows), reduced in the warpgroups' order. DQEMPTY: one arrive a pair and
+            // warpgroup -- the staging of pair gq read (gq + 2 < the column's end), the column's
+            // second-to-last pair taken (its last dQ has a staging of its own), and at the
+            // column's end once every staging of the column has been read.
+            int gq = 0;
+            for (int k = 0; k < cta_cols; ++k) {
+                const ws64p_column cl = ws64p_take(p, k);
+                const int pairs = (cl.count + 1) / 2;
+                if (pairs == 0) continue;
+                const int last = gq + pairs - 1;
+                for (int it = 0; it < pairs; ++it, ++gq) {
+                    const wg64p_entry e[2] = {
+                        wg64p_decode(p, cl.g, cl.list[2 * it]),
+                        wg64p_decode(p, cl.g, 2 * it + 1 < cl.count ? cl.list[2 * it + 1] : -1)};
+                    const uint32_t stage = gq == last && pairs >= 2
+                                               ? s0 + L::DS + (uint32_t)((last - 1) & 1) * L::DS_BUF
+                                               : s0 + L::DQS;
+                    const bool reused = it + 2 < pairs;
+#pragma unroll 1
+                    for (int w = 0; w < 2; ++w) {
+                        const wg64p_entry mine = w == 0 ? e[0] : e[1];  // (no local-memory array)
+                        mbarrier_wait(bars + ws_bars::DQFULL + 8 * w, (uint32_t)gq & 1u);
+                        if (it == pairs - 2) mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * w);
+                        if (mine.live()) {
+#pragma unroll 1
+                            for (int j = 0; j < WG_WARPS; ++j)
+                                dq_block_reduce(p, stage + (uint32_t)(WG_WARPS * w + j) * DQ_WARP_BYTES,
+                                                0, mine.h, mine.row0 + 16 * j, cl.b);
+                        }
+                        if (reused) {
+                            bulk_wait_group_read<0>();  // the staging may be rewritten
+                            mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * w);
+                        }
+                    }
+                }
+                bulk_wait_group_read<0>();  // every staging of the column has been read
+                mbarrier_arrive(bars + ws_bars::DQEMPTY);
+                mbarrier_arrive(bars + ws_bars::DQEMPTY + 8);
+                // the last dQ's staging, the dS buffer of pair last - 1, may take dS again
+                if (pairs >= 2)
+                    mbarrier_arrive_count(bars + ws64p_bars::DSEMPTY + 8 * ((last - 1) & 1), THREADS);
+            }
+            bulk_wait_group<0>();  // the reduce-adds complete before the CTA goes away
+        } else if (threadIdx.x == 64) {
+            // A column's dK / dV, staged in the dS buffer of its last pair, stored by TMA; that
+            // buffer then takes dS again (DSEMPTY for pair last, all its counts at once).
+            int gq = 0, kd = 0;
+            for (int k = 0; k < cta_cols; ++k) {
+                const ws64p_column cl = ws64p_take(p, k);
+                const int pairs = (cl.count + 1) / 2;
+                if (pairs == 0) continue;
+                gq += pairs;
+                const int last = gq - 1;
+                const uint32_t src = s0 + L::DS + (uint32_t)(last & 1) * L::DS_BUF;
+                mbarrier_wait(bars + ws64p_bars::DKVFULL, (uint32_t)kd & 1u);
+                ++kd;
+                tma_store_4d(&p.tm_dk, src, 0, cl.n * BN, cl.g, cl.b);
+                tma_store_4d(&p.tm_dv, src + L::PANEL, 0, cl.n * BN, cl.g, cl.b);
+                bulk_commit_group();
+                bulk_wait_group_read<0>();
+                mbarrier_arrive_count(bars + ws64p_bars::DSEMPTY + 8 * (last & 1), THREADS);
+                mbarrier_arrive(bars + ws64p_bars::DKVEMPTY);
+            }
+            bulk_wait_group<0>();  // the stores complete before the CTA goes away
+        }
+        return;
+    }
+
+    // ---- consumer warpgroups ----
+    // Per column, per pair (the CTA's pair gq), each warpgroup: [turn] S^T, dP^T [pass the
+    // turn]; P^T, dS^T; [turn] dV, dK [pass the turn]; dS into DS[gq & 1]; pair gq-1's dQ from
+    // DS[(gq-1) & 1], staged. Every turn is taken and passed once per warpgroup and phase:
+    // warpgroup 1 passes one in advance at the column's start and warpgroup 0 takes that one
+    // back after the column's last pair.
+    setmaxnreg_inc<WS_CONSUMER_REGS>();
+    const int ct = threadIdx.x - 128;         // consumer thread 0..255
+    const int lane = ct & 31, warp = ct >> 5;  // consumer warp 0..7
+    const int wg = role_wg - 1;                // keys 64wg..64wg+63; dQ of entry wg
+    const int lg = lane >> 2, lt = lane & 3;
+    const int kw = warp * KEYS_PER_WARP;
+    const uint32_t sdq = s0 + L::DQS + (uint32_t)warp * DQ_WARP_BYTES;
+    const uint32_t dqfull = bars + ws_bars::DQFULL + 8 * wg;
+    const uint32_t dqempty = bars + ws_bars::DQEMPTY + 8 * wg;
+    const int64_t diag = dm.seqlen_k - dm.seqlen_q;  // query i sees keys j <= i + diag
+
+    int gq0 = 0;  // the CTA's pairs before this column: the rings' position
+    int kc = 0;   // the CTA's K / V loads before this column (and dK / dV stagings)
+    for (int k = 0; k < cta_cols; ++k) {
+        const ws64p_column cl = ws64p_take(p, k);
+        const int count = cl.count, pairs = (count + 1) / 2;
+        if (pairs == 0) {
+            ws64p_store_zero_dkv<T>(p, cl, ct);
+            continue;
+        }
+        const int64_t key0 = (int64_t)cl.n * BN;
+        const int64_t key_room = dm.seqlen_k - key0;
+        const int key_limit = key_room < BN ? (int)key_room : BN;
+
+        float dk_acc[ND * 4], dv_acc[ND * 4];
+#pragma unroll
+        for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
+        mbarrier_wait(bars + ws64p_bars::KVFULL, (uint32_t)kc & 1u);  // K / V by TMA
+        if (wg == 1) named_barrier_arrive(WS64_TURN0, THREADS);  // warpgroup 0 issues first
+
+        // Pair gq-1's dQ, issued in the iteration of pair gq (zeroed once a column: see version 6).
+        float dq[ND * 4];
+#pragma unroll
+        for (int x = 0; x < ND * 4; ++x) dq[x] = 0.0f;
+        for (int it = 0; it < pairs; ++it) {
+            const int gq = gq0 + it;
+            const int buf = gq & 1;
+            mbarrier_wait(bars + ws_bars::FULL + 8 * buf, (uint32_t)(gq >> 1) & 1u);
+            const uint32_t sQ = s0 + L::Q + buf * L::PANEL;
+            const uint32_t sdO = s0 + L::DO + buf * L::PANEL;
+            const float *lse2 = s_rows + buf * PAIR_ROWS;
+            const float *dlt = s_rows + (2 + buf) * PAIR_ROWS;
+            const bool empty1 = 2 * it + 1 == count;  // see version 6
+
+            // ---- S^T = K Q^T and dP^T = V dO^T (this warpgroup's 64 keys x 128 queries) ----
+            float s[NQ * 4], ds[NQ * 4];
+            bl_acc_overwritten(s);
+            named_barrier_sync(WS64_TURN0 + wg, THREADS);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS_D; ++kk)
+                bl_wgmma_ss_n128<T>(
+                    s,
+                    bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
+                                  16, BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
+            bl_wgmma_commit();
+            bl_acc_overwritten(ds);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS_D; ++kk)
+                bl_wgmma_ss_n128<T>(
+                    ds,
+                    bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
+                                  16, BL_WGMMA_GROUP_BYTES),
+                    bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
+            bl_wgmma_commit();
+            named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
+            int row0_e[2] = {0, 0};
+#pragma unroll
+            for (int slot = 0; slot < 2; ++slot) {
+                int hl, m;
+                if (2 * it + slot < count) {
+                    ws_split_code(cl.list[2 * it + slot], (int)dm.tiles_m, dm.group == 1, hl, m);
+                    row0_e[slot] = m * BM;
+                }
+            }
+            bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
+            bl_reg_fence(s);
+
+            // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
+            bool need_mask[2];
+            int causal_limit[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                need_mask[e] = key0 + BN > dm.seqlen_k ||
+                               (p.causal && key0 + BN - 1 > row0_e[e] + diag);
+                int64_t room = row0_e[e] + diag - key0;
+                room = room > 2 * BN ? 2 * BN : room;
+                room = room < -2 * BN ? -2 * BN : room;
+                causal_limit[e] = p.causal ? (int)room : 2 * BN;
+            }
+            auto exps = [&](bool masked) {
+#pragma unroll
+                for (int t = 0; t < NQ; ++t) {
+                    const int e = t / NQ_ENTRY;  // which entry these 8 queries belong to
+                    float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
+                    if (e == 1 && empty1) l = make_float2(INFINITY, INFINITY);
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) {
+                        s[4 * t + x] =
+                            exp2f(fmaf(s[4 * t + x], p.scale_log2, (x & 1) ? -l.y : -l.x));
+                        if (masked) {
+                            const int jr = kw + lg + ((x >> 1) << 3);              // key - key0
+                            const int ir = 8 * (t % NQ_ENTRY) + 2 * lt + (x & 1);  // query - row0
+                            if (need_mask[e] && (jr >= key_limit || jr - ir > causal_limit[e]))
+                                s[4 * t + x] = 0.0f;
+                        }
+                    }
+                }
+            };
+            if (need_mask[0] || need_mask[1])
+                exps(true);
+            else
+                exps(false);
+
+            // ---- dS^T = P^T * (dP^T - Dlt), then both A operands packed ----
+            float2 dlt_r[NQ];
+#pragma unroll
+            for (int t = 0; t < NQ; ++t) {
+                dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+                if (t >= NQ_ENTRY && empty1) dlt_r[t] = make_float2(0.0f, 0.0f);
+            }
+            bl_wgmma_wait<0>();  // dP^T is done
+            bl_reg_fence(ds);
+            ds_from_dp<NQ>(ds, s, dlt_r);
+            uint32_t pa[KSTEPS_Q][4], dsa[KSTEPS_Q][4];
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    pa[ks][x] = bl_pack2<T>(s[8 * ks + 2 * x], s[8 * ks + 2 * x + 1]);
+                    dsa[ks][x] = bl_pack2<T>(ds[8 * ks + 2 * x], ds[8 * ks + 2 * x + 1]);
+                }
+
+            // ---- dV += P^T dO and dK += dS^T Q (A from registers), dS to shared memory ----
+            named_barrier_sync(WS64_TURN0 + wg, THREADS);
+            bl_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks)
+                bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                                  bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::PANEL,
+                                                BL_WGMMA_GROUP_BYTES));
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_Q; ++ks)
+                bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
+                                  bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::PANEL,
+                                                BL_WGMMA_GROUP_BYTES));
+            bl_wgmma_commit();
+            named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
+            // dS buffer buf held pair gq-2's dS (or, across a column's end, its dK / dV staging or
+            // its last dQ's): released by both dQ products, the dK / dV stores or the reducer.
+            mbarrier_wait(bars + ws64p_bars::DSEMPTY + 8 * buf, ((uint32_t)(gq >> 1) & 1u) ^ 1u);
+            {
+                const int q = lane >> 3, r = lane & 7;
+                const int chunk = 2 * (warp & 3) + (q & 1);
+                const uint32_t base = s0 + L::DS + buf * L::DS_BUF + wg * L::PANEL +
+                                      (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
+                                      (uint32_t)((chunk ^ r) << 4);
+#pragma unroll
+                for (int ks = 0; ks < KSTEPS_Q; ++ks)
+                    bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
+            }
+            bl_fence_proxy_async();  // the other warpgroup's wgmma reads what stmatrix wrote
+            mbarrier_arrive(bars + ws64p_bars::DSFULL + 8 * buf);
+
+            // ---- pair gq-1's dQ (entry wg's rows), behind dV / dK ----
+            // Unconditional (see version 6): at it == 0 it reads the K panels, its result
+            // dropped; its wait is then on a phase long complete (or parity 1 of a fresh barrier).
+            mbarrier_wait(bars + ws64p_bars::DSFULL + 8 * (buf ^ 1),
+                          (uint32_t)((gq - 1) >> 1) & 1u);
+            wg64p_issue_dq<T>(dq, it > 0 ? s0 + L::DS + (buf ^ 1) * L::DS_BUF : s0 + L::K,
+                              s0 + L::K, wg);
+            bl_wgmma_wait<0>();  // dV, dK and dQ are done: Q / dO buffer buf is free
+            bl_reg_fence(pa);
+            bl_reg_fence(dsa);
+            bl_reg_fence(dq);
+            if (it > 0) {
+                // pair gq-1's dS buffer is free -- but for the column's second-to-last pair,
+                // whose buffer takes the last dQ's staging: the reducer releases that one
+                if (it < pairs - 1) mbarrier_arrive(bars + ws64p_bars::DSEMPTY + 8 * (buf ^ 1));
+                // the reducer has read this warpgroup's staging of pair gq-3
+                mbarrier_wait(dqempty, ((uint32_t)(gq - 1) & 1u) ^ 1u);
+                dq_block_stage<false>(sdq, dq);
+                bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(dqfull);
+            }
+            mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
+        }
+        const int last = gq0 + pairs - 1;
+        gq0 += pairs;
+        bl_reg_fence(dk_acc);
+        bl_reg_fence(dv_acc);
+        // ---- the column's end ----
+        // The last pair's dQ (reads DS[last & 1] and K); then K / V go back to the producer,
+        // dK / dV are staged in DS[last & 1] once both warpgroups' last dQ products are done,
+        // and the last dQ in DS[(last - 1) & 1] (free since both dQ products of pair last - 1
+        // completed in the loop) or, for a one-pair column, in the dQ staging.
+        if (wg == 0) named_barrier_sync(WS64_TURN0, THREADS);  // warpgroup 1's advance turn
+        mbarrier_wait(bars + ws64p_bars::DSFULL + 8 * (last & 1), (uint32_t)(last >> 1) & 1u);
+        wg64p_issue_dq<T>(dq, s0 + L::DS + (last & 1) * L::DS_BUF, s0 + L::K, wg);
+        bl_wgmma_wait<0>();
+        bl_reg_fence(dq);
+        mbarrier_arrive(bars + ws64p_bars::KVEMPTY);
+        named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);  // both warpgroups' last dQ products done
+        const uint32_t sdkv = s0 + L::DS + (uint32_t)(last & 1) * L::DS_BUF;
+        mbarrier_wait(bars + ws64p_bars::DKVEMPTY, ((uint32_t)kc & 1u) ^ 1u);  // last column's stored
+        ++kc;
+        ws_stage_dkv<T>(sdkv, dk_acc, p.scale, warp, lane);
+        ws_stage_dkv<T>(sdkv + L::PANEL, dv_acc, 1.0f, warp, lane);
+        bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
+        mbarrier_arrive(bars + ws64p_bars::DKVFULL);
+        mbarrier_wait(dqempty, ((uint32_t)last & 1u) ^ 1u);
+        const uint32_t last_stage =
+            pairs >= 2 ? s0 + L::DS + (uint32_t)((last - 1) & 1) * L::DS_BUF : s0 + L::DQS;
+        dq_block_stage(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq);
+        if (lane == 0) mbarrier_arrive(dqfull);
+    }
+}
+
+}  // namespace bl_bwd
