@@ -45,6 +45,10 @@ CASES = [
     # head dim 64 causal with 2520 columns: the global schedule's counts past the 2048 its
     # threads hold in registers (bl_bwd_schedule_kernel)
     (1, 130, 2600, 120, 120, 64, True, "mask"),
+    # head dim 64 keeping 10 %, 656 columns of 0-3 pairs: where the persistent version 6 runs
+    # (-DBL_BWD_WS64_PERSISTENT, or picked with dev/cuda/wip/bwd-ws64p-pick.patch) ~5 a CTA
+    (1, 640, 5200, 16, 16, 64, False, "mask:0.1"),
+    (1, 640, 5200, 16, 16, 64, True, "mask:0.1"),
 ]
 
 

@@ -1,4 +1,4 @@
-// bwd_ws64p_sm90.cuh -- version 6 persistent (dev form, -DBL_BWD_WS64_PERSISTENT): the head-dim-64
+// bwd_ws64p_sm90.cuh -- version 6 persistent (a dev form, -DBL_BWD_WS64_PERSISTENT): the head-dim-64
 // kernel of bwd_ws64_sm90.cuh with one CTA per SM walking its share of the schedule's columns, so
 // that a column's end overlaps the next column's start. Why: at low keeps version 6's time outside
 // its pairs is ~4-5 us a column (the CTA's launch, K / V landing, the last dQ and dK / dV staged,
@@ -22,6 +22,12 @@
 //   reduce-adds have read their staging), so that every column adds as many phases as it has
 //   pairs and the parities stay global;
 // - a column without entries stores its zero dK / dV from the consumers' threads (no TMA).
+// Measured (bench/results/bwd-s109-ws64-persistent.txt, an H100, 16k x 16 x 64, main kernel against
+// version 6): 3 % kept -9.5 %, 10 % -1..-4 %, causal 3 / 10 % -6.6 / -2.8 %, 0.8 % -4..-6 us; but
+// dense +0.8..+1.8 % and a 24 %-kept video mask +2.2 %. So it is not in the default build: picked
+// on the device for sparse calls (dev/cuda/wip/bwd-ws64p-pick.patch) it took 8-21 us off the
+// non-causal sparse rows, but the pick's returning grid and a slower version 6 on the one video
+// row measured there kept it out (bench/results/bwd-s109-ws64-pick.txt).
 #pragma once
 #include "bwd_ws64_sm90.cuh"
 
