@@ -53,12 +53,6 @@ static_assert(ws_bars::FULL == 0 && ws_bars::EMPTY == 16 && ws_bars::DQFULL == 3
 static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws64p_bars::BYTES, "room for the mbarriers");
 static_assert(wg64p_smem::DS_BUF == 2 * wg64p_smem::PANEL, "dK and dV fit one dS buffer");
 
-// Arrives `count` times at once (a thread standing in for a phase's 256 consumer arrivals).
-__device__ __forceinline__ void mbarrier_arrive_count(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count)
-                 : "memory");
-}
-
 // The CTA's k-th schedule position: round k takes positions k G .. k G + G - 1 (G CTAs),
 // forward in even rounds and backward in odd ones, so that within each window of the schedule
 // (heaviest first) a CTA's heavier column is paired with a lighter one.
