@@ -94,8 +94,9 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             const int64_t cap = BL_BWD_WS64_PERSISTENT > 0 ? BL_BWD_WS64_PERSISTENT : sms;
             const int64_t grid = num_cols < cap ? num_cols : cap;
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            bwd_ws64p_kernel<T><<<(unsigned)grid, WS_THREADS, smem, stream>>>(p);
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)WS64P_SMEM_BYTES));
+            bwd_ws64p_kernel<T><<<(unsigned)grid, WS_THREADS, WS64P_SMEM_BYTES, stream>>>(p);
             BL_CUDA_CHECK_LAUNCH("bwd_ws64p_kernel");
             *dq_cols_permuted = true;
             return BL_OK;

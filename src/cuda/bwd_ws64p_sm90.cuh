@@ -14,20 +14,28 @@
 // - a column's dK / dV are staged in the dS buffer its last pair used (free once both
 //   warpgroups' last dQ products are done) and stored by the producer warpgroup's warp 2
 //   (DKVFULL), which then releases that buffer (DSEMPTY, all 256 counts at once); so the Q / dO
-//   ring is never used for staging and the producer loads the next column's first pair, then its
-//   K / V (KVEMPTY: after the last dQ product, which reads K), while the consumers finish;
+//   ring is never used for staging and the producer loads the next column's first pair while the
+//   consumers finish;
+// - K / V in a ring of two (the hundred-and-tenth session): a column's K / V load a whole column
+//   ahead, behind the first pair of the column before (KVEMPTY per buffer: after that buffer's
+//   last dQ product, which reads K);
 // - the last dQ of a column of >= 2 pairs is staged in the other dS buffer as in version 6 and
 //   released by the reducer once read (DSEMPTY); a one-pair column stages it in the dQ staging;
 // - the reducer arrives on DQEMPTY once more at each column's end (after all the column's
 //   reduce-adds have read their staging), so that every column adds as many phases as it has
 //   pairs and the parities stay global;
 // - a column without entries stores its zero dK / dV from the consumers' threads (no TMA).
-// Measured (bench/results/bwd-s109-ws64-persistent.txt, an H100, 16k x 16 x 64, main kernel against
-// version 6): 3 % kept -9.5 %, 10 % -1..-4 %, causal 3 / 10 % -6.6 / -2.8 %, 0.8 % -4..-6 us; but
-// dense +0.8..+1.8 % and a 24 %-kept video mask +2.2 %. So it is not in the default build: picked
-// on the device for sparse calls (dev/cuda/wip/bwd-ws64p-pick.patch) it took 8-21 us off the
-// non-causal sparse rows, but the pick's returning grid and a slower version 6 on the one video
-// row measured there kept it out (bench/results/bwd-s109-ws64-pick.txt).
+// Measured (H100s, 16k x 16 x 64, main kernel against version 6). With one K / V buffer
+// (bench/results/bwd-s109-ws64-persistent.txt): 3 % kept -9.5 %, 10 % -1..-4 %, causal 3 / 10 %
+// -6.6 / -2.8 %, 0.8 % -4..-6 us; but dense +0.8..+1.8 % and a 24 %-kept video mask +2.2 %.
+// With the K / V ring (bench/results/bwd-s110-ws64p-kv-ring.txt): dense level (+0.0..+0.8 %,
+// causal level), 10 % -11..-20 us, 3 % -26, video negl 0.5 -31, causal 3 % / 0.8 % -16 / -8.5,
+// 4 x 4k 10 % -21; but 0.8 % level / +2, 4 x 4k 3 % +4.5 and the 24 %-kept video mask +15 us
+// (+1.2 %), where the static walk leaves the CTAs' loads uneven (dev/cuda/ws64p_walk_model.py;
+// dev/cuda/wip/bwd-ws64p-rotate.patch, not run yet). Not in the default build yet: picked on
+// the device for sparse calls (dev/cuda/wip/bwd-ws64p-pick.patch, with one K / V buffer) it took
+// 8-21 us off the non-causal sparse rows, but the pick's returning grid and a slower version 6
+// on the one video row measured there kept it out (bench/results/bwd-s109-ws64-pick.txt).
 #pragma once
 #include "bwd_ws64_sm90.cuh"
 
@@ -39,9 +47,9 @@ namespace bl_bwd {
 struct ws64p_bars {
     static constexpr uint32_t DSFULL = ws_bars::DQEMPTY + 16;  // [2] a pair's dS, 256 threads
     static constexpr uint32_t DSEMPTY = DSFULL + 16;  // [2] dS read by both dQ products (256)
-    static constexpr uint32_t KVFULL = DSEMPTY + 16;  // the column's K / V landed (TMA)
-    static constexpr uint32_t KVEMPTY = KVFULL + 8;   // K / V read by all 256 consumer threads
-    static constexpr uint32_t DKVFULL = KVEMPTY + 8;  // dK / dV staged by all 256 consumer threads
+    static constexpr uint32_t KVFULL = DSEMPTY + 16;  // [2] a column's K / V landed (TMA)
+    static constexpr uint32_t KVEMPTY = KVFULL + 16;  // [2] K / V read by all 256 consumer threads
+    static constexpr uint32_t DKVFULL = KVEMPTY + 16;  // dK / dV staged by all 256 consumer threads
     // dK / dV stored (the stores have read their staging): a column stages its dK / dV only
     // once the column before's are stored, so that DKVFULL's phases never run two ahead of the
     // storing thread's waits (a one-pair column stages in the other dS buffer and could).
@@ -52,6 +60,19 @@ static_assert(ws_bars::FULL == 0 && ws_bars::EMPTY == 16 && ws_bars::DQFULL == 3
                   ws_bars::DQEMPTY == 48, "the rings of ws_bars first");
 static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws64p_bars::BYTES, "room for the mbarriers");
 static_assert(wg64p_smem::DS_BUF == 2 * wg64p_smem::PANEL, "dK and dV fit one dS buffer");
+// K / V in a ring of two (the CTA's kc-th column with entries in buffer kc & 1), so that the
+// producer loads the next column's K / V a whole column ahead: buffer 0 is version 6's (L::K,
+// L::V), buffer 1 after its layout's end. That takes the 227 KB a CTA can have, with no room for
+// bl_smem_aligned's slack: the kernel traps where the dynamic shared memory does not start on a
+// 1024-byte boundary (it does on sm_90 where a kernel has no static shared memory).
+constexpr uint32_t WS64P_KV1 = wg64p_smem::USED;
+constexpr size_t WS64P_SMEM_BYTES = WS64P_KV1 + 2 * wg64p_smem::PANEL;
+static_assert(WS64P_KV1 % 1024 == 0 && wg64p_smem::V == wg64p_smem::K + wg64p_smem::PANEL,
+              "each K / V buffer: K, then V, a panel each, 1024-aligned");
+static_assert(WS64P_SMEM_BYTES <= 232448, "227 KB of shared memory per CTA on sm_90");
+__device__ __forceinline__ uint32_t ws64p_kv(uint32_t s0, int kc) {
+    return s0 + ((kc & 1) ? WS64P_KV1 : wg64p_smem::K);
+}
 
 // The CTA's k-th schedule position: round k takes positions k G .. k G + G - 1 (G CTAs),
 // forward in even rounds and backward in odd ones, so that within each window of the schedule
@@ -112,7 +133,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
     constexpr int WG_WARPS = WARPS / 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *smem_base = bl_smem_aligned<L::BASE_ALIGN>(smem_raw);
+    if (bl_smem_addr(smem_raw) % L::BASE_ALIGN != 0) __trap();  // (WS64P_SMEM_BYTES: no slack)
+    unsigned char *smem_base = smem_raw;
     const uint32_t s0 = bl_smem_addr(smem_base);
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
@@ -127,9 +149,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             mbarrier_init(bars + ws_bars::DQEMPTY + 8 * i, 1);
             mbarrier_init(bars + ws64p_bars::DSFULL + 8 * i, THREADS);
             mbarrier_init(bars + ws64p_bars::DSEMPTY + 8 * i, THREADS);
+            mbarrier_init(bars + ws64p_bars::KVFULL + 8 * i, 1);
+            mbarrier_init(bars + ws64p_bars::KVEMPTY + 8 * i, THREADS);
         }
-        mbarrier_init(bars + ws64p_bars::KVFULL, 1);
-        mbarrier_init(bars + ws64p_bars::KVEMPTY, THREADS);
         mbarrier_init(bars + ws64p_bars::DKVFULL, THREADS);
         mbarrier_init(bars + ws64p_bars::DKVEMPTY, 1);
         fence_mbarrier_init();
@@ -142,10 +164,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             // The CTA's pair gq into buffer gq & 1 once pair gq - 2 has been read (the first
-            // wait on each EMPTY passes at once); a column's K / V (the CTA's kc-th load) right
-            // behind its first pair, once the consumers' last dQ products of the column before
-            // are done (KVEMPTY). Columns without entries load nothing.
+            // wait on each EMPTY passes at once). K / V a column ahead: the first column's before
+            // anything, then behind each column's first pair the next column's (the CTA's kc-th
+            // with entries, into K / V buffer kc & 1 once the consumers are done with column
+            // kc - 2's, KVEMPTY). Columns without entries load nothing.
             int gq = 0, kc = 0;
+            int kv_col = 0;  // the next column whose K / V are to load (cta_cols: none)
+            auto load_next_kv = [&]() {
+                while (kv_col < cta_cols && p.sched_rec[ws64p_position(kv_col)].y <= 0) ++kv_col;
+                if (kv_col >= cta_cols) return;
+                const ws64p_column c = ws64p_take(p, kv_col++);
+                const int slot = kc & 1;
+                mbarrier_wait(bars + ws64p_bars::KVEMPTY + 8 * slot, ((uint32_t)(kc >> 1) & 1u) ^ 1u);
+                const uint32_t kv = ws64p_kv(s0, kc);
+                ws_tma_kv_tile<D>(p, kv, kv + L::PANEL, bars + ws64p_bars::KVFULL + 8 * slot, c.b,
+                                  c.g, (int64_t)c.n * BN);
+                ++kc;
+            };
+            load_next_kv();
             for (int k = 0; k < cta_cols; ++k) {
                 const ws64p_column cl = ws64p_take(p, k);
                 const int pairs = (cl.count + 1) / 2;
@@ -156,12 +192,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                         wg64p_decode(p, cl.g, cl.list[2 * it]),
                         wg64p_decode(p, cl.g, 2 * it + 1 < cl.count ? cl.list[2 * it + 1] : -1)};
                     wg64p_tma_pair(p, s0, buf, cl.b, e);  // an empty slot's lse / Dlt: `empty1`
-                    if (it == 0) {
-                        mbarrier_wait(bars + ws64p_bars::KVEMPTY, ((uint32_t)kc & 1u) ^ 1u);
-                        ws_tma_kv_tile<D>(p, s0 + L::K, s0 + L::V, bars + ws64p_bars::KVFULL, cl.b,
-                                          cl.g, (int64_t)cl.n * BN);
-                        ++kc;
-                    }
+                    if (it == 0) load_next_kv();
                 }
             }
         } else if (threadIdx.x == 32) {
@@ -267,7 +298,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         float dk_acc[ND * 4], dv_acc[ND * 4];
 #pragma unroll
         for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
-        mbarrier_wait(bars + ws64p_bars::KVFULL, (uint32_t)kc & 1u);  // K / V by TMA
+        const uint32_t sK = ws64p_kv(s0, kc), sV = sK + L::PANEL;  // this column's K / V buffer
+        mbarrier_wait(bars + ws64p_bars::KVFULL + 8 * (kc & 1), (uint32_t)(kc >> 1) & 1u);  // by TMA
         if (wg == 1) named_barrier_arrive(WS64_TURN0, THREADS);  // warpgroup 0 issues first
 
         // Pair gq-1's dQ, issued in the iteration of pair gq (zeroed once a column: see version 6).
@@ -293,7 +325,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             for (int kk = 0; kk < KSTEPS_D; ++kk)
                 bl_wgmma_ss_n128<T>(
                     s,
-                    bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
+                    bl_wgmma_desc(sK + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
                                   16, BL_WGMMA_GROUP_BYTES),
                     bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
             bl_wgmma_commit();
@@ -303,7 +335,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             for (int kk = 0; kk < KSTEPS_D; ++kk)
                 bl_wgmma_ss_n128<T>(
                     ds,
-                    bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
+                    bl_wgmma_desc(sV + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
                                   16, BL_WGMMA_GROUP_BYTES),
                     bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
             bl_wgmma_commit();
@@ -411,8 +443,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             // dropped; its wait is then on a phase long complete (or parity 1 of a fresh barrier).
             mbarrier_wait(bars + ws64p_bars::DSFULL + 8 * (buf ^ 1),
                           (uint32_t)((gq - 1) >> 1) & 1u);
-            wg64p_issue_dq<T>(dq, it > 0 ? s0 + L::DS + (buf ^ 1) * L::DS_BUF : s0 + L::K,
-                              s0 + L::K, wg);
+            wg64p_issue_dq<T>(dq, it > 0 ? s0 + L::DS + (buf ^ 1) * L::DS_BUF : sK, sK, wg);
             bl_wgmma_wait<0>();  // dV, dK and dQ are done: Q / dO buffer buf is free
             bl_reg_fence(pa);
             bl_reg_fence(dsa);
@@ -441,10 +472,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         // completed in the loop) or, for a one-pair column, in the dQ staging.
         if (wg == 0) named_barrier_sync(WS64_TURN0, THREADS);  // warpgroup 1's advance turn
         mbarrier_wait(bars + ws64p_bars::DSFULL + 8 * (last & 1), (uint32_t)(last >> 1) & 1u);
-        wg64p_issue_dq<T>(dq, s0 + L::DS + (last & 1) * L::DS_BUF, s0 + L::K, wg);
+        wg64p_issue_dq<T>(dq, s0 + L::DS + (last & 1) * L::DS_BUF, sK, wg);
         bl_wgmma_wait<0>();
         bl_reg_fence(dq);
-        mbarrier_arrive(bars + ws64p_bars::KVEMPTY);
+        mbarrier_arrive(bars + ws64p_bars::KVEMPTY + 8 * (kc & 1));
         named_barrier_sync(WS_BAR_LOOP_TOP, THREADS);  // both warpgroups' last dQ products done
         const uint32_t sdkv = s0 + L::DS + (uint32_t)(last & 1) * L::DS_BUF;
         mbarrier_wait(bars + ws64p_bars::DKVEMPTY, ((uint32_t)kc & 1u) ^ 1u);  // last column's stored
