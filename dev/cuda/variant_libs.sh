@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# variant_libs.sh -- release libraries that differ from build/final in a few translation units,
+# built here in a minute each, packed as one build/pw.tar.xz for a device call's carry (the
+# libraries are ~14 MB each and the carry holds 64 MB with the tree; packed, four take ~10 MB).
+# Each spec NAME=[PATCH][:DEFINES] builds build/pw/NAME.so: the tracked sources with PATCH applied
+# (none: HEAD's), the objects that the patch touches (their dependency files in build/final say
+# which) and src/cuda/attn_bwd_sm90.cu recompiled with build/final's CUDA flags plus DEFINES
+# (space-separated), linked with build/final's other objects. Run from the repository root after
+# `cmake -S . -B build/final -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF && cmake --build
+# build/final`, e.g. (the rotate patch's one-call check):
+#   bash dev/cuda/variant_libs.sh base= kvr=:-DBL_BWD_WS64_PERSISTENT=0 \
+#       rot=dev/cuda/wip/bwd-ws64p-rotate.patch:-DBL_BWD_WS64_PERSISTENT=0 \
+#       rot3=dev/cuda/wip/bwd-ws64p-rotate.patch:-DBL_BWD_WS64_PERSISTENT=3
+# then on the device (carry ["build/pw.tar.xz"]): tar -xJf build/pw.tar.xz -C build, and
+# BACK_LITE_LIBRARY=build/pw/NAME.so or `lib_timeline_ab.sh base=build/pw/base.so ...`.
+# The same name with an empty spec (base=) is HEAD's release library rebuilt the same way, the
+# fair base for an A/B. Each library's SASS can be compared with dev/cuda/sass_md5.py.
+set -euo pipefail
+FINAL=build/final
+OBJDIR=$FINAL/CMakeFiles/backlite.dir
+[ -f "$OBJDIR/objects1" ] || { echo "variant_libs.sh: build $FINAL first (see the header)" >&2; exit 2; }
+flag() { sed -n "s/^$1 = //p" "$OBJDIR/flags.make"; }
+CUDA_DEFINES=$(flag CUDA_DEFINES) CUDA_FLAGS=$(flag CUDA_FLAGS)
+NVCC=$(sed -n 's/^# compile CUDA with //p' "$OBJDIR/flags.make")
+ROOT=$PWD
+mkdir -p build/pw
+names=()
+for spec in "$@"; do
+    name=${spec%%=*} rest=${spec#*=}
+    patch=${rest%%:*} defines=""
+    [[ $rest == *:* ]] && defines=${rest#*:}
+    tree=$(mktemp -d /tmp/variant_lib.XXXXXX)
+    git ls-files -z src include | tar --null -T - -c | tar -x -C "$tree"
+    touched=()
+    if [ -n "$patch" ]; then
+        (cd "$tree" && git apply "$ROOT/$patch")  # (a plain directory: git apply as patch(1))
+        mapfile -t touched < <(git apply --numstat "$patch" | cut -f3)
+    fi
+    objects=(src/cuda/attn_bwd_sm90.cu)
+    for dep in "$OBJDIR"/src/*/*.o.d "$OBJDIR"/src/*.o.d; do
+        [ -f "$dep" ] || continue
+        for f in "${touched[@]}"; do
+            if grep -q "$ROOT/$f" "$dep"; then
+                src=${dep#"$OBJDIR"/}; objects+=("${src%.o.d}"); break
+            fi
+        done
+    done
+    mapfile -t objects < <(printf '%s\n' "${objects[@]}" | sort -u)
+    cp "$OBJDIR/objects1" "$tree/objects"
+    for src in "${objects[@]}"; do
+        [[ $src == *.cu ]] || { echo "variant_libs.sh: $name touches $src (only .cu objects)" >&2; exit 2; }
+        obj="$tree/$(basename "$src").o"
+        # shellcheck disable=SC2086  # the flags are words
+        (cd "$FINAL" && "$NVCC" -forward-unknown-to-host-compiler $CUDA_DEFINES \
+            -I"$tree/include" -I"$tree/src" -isystem=/usr/local/cuda/include $CUDA_FLAGS \
+            $defines -x cu -c "$tree/$src" -o "$obj") 2>&1 | grep -v -i "spill" || true
+        [ -f "$obj" ] || { echo "variant_libs.sh: $name: $src did not compile" >&2; exit 1; }
+        sed -i "s#CMakeFiles/backlite.dir/$src.o#$obj#" "$tree/objects"
+    done
+    link=$(sed -e "s#@CMakeFiles/backlite.dir/objects1#@$tree/objects#" \
+               -e "s#-o libbacklite.so#-o $ROOT/build/pw/$name.so#" "$OBJDIR/link.txt")
+    (cd "$FINAL" && eval "$link")
+    echo "build/pw/$name.so: ${objects[*]} recompiled${defines:+ with $defines}${patch:+, $patch applied}"
+    rm -rf "$tree"
+    names+=("pw/$name.so")
+done
+(cd build && tar -cJf pw.tar.xz "${names[@]}")
+ls -la build/pw.tar.xz

@@ -1,0 +1,40 @@
+"""dev/cuda/ws64p_walk_model.py: the persistent head-dim-64 walk's positions and CTA loads."""
+from script_loader import load_script
+
+
+def load():
+    return load_script("dev/cuda/ws64p_walk_model.py", siblings=True)
+
+
+def test_each_round_gives_every_cta_one_position():
+    m = load()
+    for g in (1, 3, 132):
+        for rotate in (False, True):
+            for rnd in range(6):
+                ctas = sorted(m.snake_cta(rnd * g + x, g, rotate) for x in range(g))
+                assert ctas == list(range(g)), (g, rotate, rnd)
+
+
+def test_the_snake_pairs_a_window_heaviest_with_lightest():
+    m = load()
+    g = 4
+    assert [m.snake_cta(k, g, False) for k in range(2 * g)] == [0, 1, 2, 3, 3, 2, 1, 0]
+
+
+def test_rotation_spreads_the_heavy_pair_sums():
+    m = load()
+    g = 8
+    # every window: one heavy column (sorted first) and equal light ones, so the snake gives
+    # CTA 0 the heavy column of every window; rotated, the heavy columns go to different CTAs
+    window = [9] + [1] * (2 * g - 1)
+    counts = window * 4
+    r = m.walks(counts, g, a=0.0, b=1.0, zero=0.0)
+    assert r["snake"] == 4 * (5 + 1)  # ceil(9 / 2) pairs + one light pair, each window
+    assert r["rotated"] < r["snake"]
+    assert r["mean"] == sum((c + 1) // 2 for c in counts) / g
+
+
+def test_greedy_walk_is_the_dynamic_one():
+    m = load()
+    r = m.walks([2] * 6, 3, a=1.0, b=1.0, zero=0.0)  # six columns of one pair on three CTAs
+    assert r["greedy"] == r["snake"] == r["rotated"] == 4.0
