@@ -38,3 +38,14 @@ def test_greedy_walk_is_the_dynamic_one():
     m = load()
     r = m.walks([2] * 6, 3, a=1.0, b=1.0, zero=0.0)  # six columns of one pair on three CTAs
     assert r["greedy"] == r["snake"] == r["rotated"] == 4.0
+
+
+def test_fit_recovers_the_costs_it_was_given():
+    m = load()
+    g = 4
+    counts = {"dense": [8] * 8,  # two full columns a CTA, four pairs each
+              "light": [3, 0, 1, 0, 2, 0, 5, 1, 0, 0, 2, 1], "half": [4, 4, 2, 0, 6, 1, 0, 3]}
+    truth = dict(a=1.5, b=2.0, zero=3.0)
+    measured = {k: m.walks(c, g, **truth)["snake"] for k, c in counts.items()}
+    a, b, zero, rms = m.fit(counts, measured, g)
+    assert (a, zero) == (1.5, 3.0) and abs(b - 2.0) < 1e-9 and rms < 1e-9

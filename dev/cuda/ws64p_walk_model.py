@@ -13,13 +13,16 @@ sorted heaviest first, stable), then walked three ways:
            (dev/cuda/wip/bwd-ws64p-rotate.patch).
 It prints each walk's largest CTA load (the kernel's time, in the model) beside the mean load.
 The masks: the bench's video-grid W (bench/bench_attn.py video_qkv, the forward with statistics
-on the CPU backend: ~30 s at 16k x 16) at negl 0.2 and 0.5, and uniform random tile masks.
+on the CPU backend: ~30 s at 16k x 16) at negl 0.2 and 0.5, and the bench's random tile masks
+(bench_attn.random_tile_mask: round(keep x Tn) tiles of each row tile).
 
-    python3 dev/cuda/ws64p_walk_model.py [--seqlen 16384 --heads 16 --sms 132 --a 1.5 --b 2.56]
+    python3 dev/cuda/ws64p_walk_model.py [--seqlen 16384 --heads 16 --sms 132 --a A --b B --zero Z]
+    python3 dev/cuda/ws64p_walk_model.py --fit dense=5110,r0.1=576,r0.03=234,r0.008=148,negl0.2=1293,negl0.5=207
 
-The defaults: 132 SMs (H100 / H200), b from the dense 16k x 16 x 64 main kernel on an H100
-(~5.1 ms over 3971 entries a CTA, two entries a pair), a from the persistent form's remaining
-per-column cost (bench/results/bwd-s110-ws64p-kv-ring.txt: a rough fit, not a measurement).
+The default costs are that fit (the K / V ring's snake walk on an H100, main-kernel times of
+bench/results/bwd-s110-ws64p-kv-ring.txt): a 3.0 us a column with entries, b 2.47 a pair, zero 6.5
+a column without. --fit first fits a, b and zero to the given times of the snake walk (b from the
+dense call, a and zero over a grid), then prints the walks with them.
 """
 import argparse
 import heapq
@@ -69,30 +72,55 @@ def walks(counts, g, a, b, zero):
     return out
 
 
+def fit(counts_by_mask, measured, g):
+    """(a, b, zero) that make the snake's largest CTA load match `measured` (us per mask name)
+    best, by relative squared error: b from the dense call (every column full: its largest CTA
+    walks ceil(columns / g) columns of Tm / 2 pairs), a and zero over a grid."""
+    full = counts_by_mask["dense"]
+    cols, pairs = -(-len(full) // g), (full[0] + 1) // 2
+    best = None
+    for a in [x * 0.25 for x in range(0, 41)]:
+        b = (measured["dense"] / cols - a) / pairs
+        for zero in [x * 0.5 for x in range(0, 21)]:
+            err = sum(((walks(counts_by_mask[k], g, a, b, zero)["snake"] - t) / t) ** 2
+                      for k, t in measured.items())
+            if best is None or err < best[0]:
+                best = (err, a, b, zero)
+    err, a, b, zero = best
+    return a, b, zero, (err / len(measured)) ** 0.5
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seqlen", type=int, default=16384)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--sms", type=int, default=132)
-    ap.add_argument("--a", type=float, default=1.5, help="us a column with entries, besides pairs")
-    ap.add_argument("--b", type=float, default=2.56, help="us a pair")
-    ap.add_argument("--zero", type=float, default=0.5, help="us a column without entries")
+    ap.add_argument("--a", type=float, default=3.0, help="us a column with entries, besides pairs")
+    ap.add_argument("--b", type=float, default=2.47, help="us a pair")
+    ap.add_argument("--zero", type=float, default=6.5, help="us a column without entries")
+    ap.add_argument("--fit", default=None, metavar="NAME=US,...",
+                    help="fit a, b and zero to measured main-kernel times of the snake walk "
+                         "(names: dense, negl0.2, negl0.5, r0.25, r0.1, r0.03, r0.008) first")
     args = ap.parse_args()
     s, h = args.seqlen, args.heads
-    masks = {}
+    masks = {"dense": torch.ones(h, s // 64, s // 128, dtype=torch.bool)}
     q, k, v = bench_attn.video_qkv(1, s, h, 64, torch.bfloat16, "cpu")
     _, _, w = blf.forward(q, k, v, causal=False, with_stats=True)  # (1, H, S/64, S/128)
     for negl in (0.2, 0.5):
-        masks[f"video negl {negl}"] = blf.select(w, negl)[0]
-    gen = torch.Generator().manual_seed(0)
-    for keep in (0.25, 0.1, 0.03, 0.008):
-        masks[f"random {keep}"] = torch.rand(w.shape[1:], generator=gen) < keep
-    print(f"{s} x {h} x 64, {args.sms} CTAs, a {args.a} b {args.b} zero {args.zero} us: "
+        masks[f"negl{negl}"] = blf.select(w, negl)[0]
+    tm, tn = w.shape[-2:]
+    for keep in (0.25, 0.1, 0.03, 0.008):  # the bench's and bwd_call_timeline.py's masks
+        masks[f"r{keep}"] = bench_attn.random_tile_mask(1, h, tm, tn, keep, "cpu")[0]
+    counts = {name: mask.sum(1).reshape(-1).tolist() for name, mask in masks.items()}
+    if args.fit:  # entries per (head, key tile) above
+        measured = {k: float(t) for k, t in (x.split("=") for x in args.fit.split(","))}
+        args.a, args.b, args.zero, rms = fit(counts, measured, args.sms)
+        print(f"fitted to {args.fit}: relative error rms {rms:.3f}")
+    print(f"{s} x {h} x 64, {args.sms} CTAs, a {args.a} b {args.b:.3f} zero {args.zero} us: "
           "largest CTA load (us)")
-    for name, mask in masks.items():
-        counts = mask.sum(1).reshape(-1).tolist()  # entries per (head, key tile)
-        r = walks(counts, args.sms, args.a, args.b, args.zero)
-        print(f"  {name:16s} mean {r['mean']:7.0f}  greedy {r['greedy']:7.0f}  "
+    for name in masks:
+        r = walks(counts[name], args.sms, args.a, args.b, args.zero)
+        print(f"  {name:8s} mean {r['mean']:7.0f}  greedy {r['greedy']:7.0f}  "
               f"snake {r['snake']:7.0f}  rotated {r['rotated']:7.0f}")
 
 
