@@ -49,3 +49,13 @@ def test_fit_recovers_the_costs_it_was_given():
     measured = {k: m.walks(c, g, **truth)["snake"] for k, c in counts.items()}
     a, b, zero, rms = m.fit(counts, measured, g)
     assert (a, zero) == (1.5, 3.0) and abs(b - 2.0) < 1e-9 and rms < 1e-9
+
+
+def test_causal_calls_walk_one_global_sort():
+    m = load()
+    g = 2
+    counts = [1, 1, 1, 1, 9, 9, 9, 9]  # the heavy columns in the second window of 2g
+    windowed = m.walks(counts, g, a=0.0, b=1.0, zero=0.0)
+    global_sort = m.walks(counts, g, a=0.0, b=1.0, zero=0.0, causal=True)
+    assert windowed["snake"] == global_sort["snake"] == 12  # 5 + 1 pairs a window, or 5 + 5 + 1 + 1
+    assert m.schedule(counts, len(counts)) == [9, 9, 9, 9, 1, 1, 1, 1]

@@ -57,8 +57,10 @@ def snake_cta(k, g, rotate):
     return c
 
 
-def walks(counts, g, a, b, zero):
-    costs = [a + b * ((c + 1) // 2) if c else zero for c in schedule(counts, SCHED_WINDOW_ROUNDS * g)]
+def walks(counts, g, a, b, zero, causal=False):
+    # causal calls at head dim 64: one global heaviest-first sort (bl_bwd_schedule_kernel)
+    window = len(counts) if causal else SCHED_WINDOW_ROUNDS * g
+    costs = [a + b * ((c + 1) // 2) if c else zero for c in schedule(counts, window)]
     free = [0.0] * g
     for cost in costs:  # greedy: the next column to the first SM free
         heapq.heappush(free, heapq.heappop(free) + cost)
@@ -72,17 +74,18 @@ def walks(counts, g, a, b, zero):
     return out
 
 
-def fit(counts_by_mask, measured, g):
+def fit(counts_by_mask, measured, g, causal=False):
     """(a, b, zero) that make the snake's largest CTA load match `measured` (us per mask name)
-    best, by relative squared error: b from the dense call (every column full: its largest CTA
-    walks ceil(columns / g) columns of Tm / 2 pairs), a and zero over a grid."""
+    best, on calls without a causal mask (every column of the dense call full), by relative
+    squared error: b from the dense call (its largest CTA walks ceil(columns / g) columns of Tm /
+    2 pairs), a and zero over a grid."""
     full = counts_by_mask["dense"]
     cols, pairs = -(-len(full) // g), (full[0] + 1) // 2
     best = None
     for a in [x * 0.25 for x in range(0, 41)]:
         b = (measured["dense"] / cols - a) / pairs
         for zero in [x * 0.5 for x in range(0, 21)]:
-            err = sum(((walks(counts_by_mask[k], g, a, b, zero)["snake"] - t) / t) ** 2
+            err = sum(((walks(counts_by_mask[k], g, a, b, zero, causal)["snake"] - t) / t) ** 2
                       for k, t in measured.items())
             if best is None or err < best[0]:
                 best = (err, a, b, zero)
@@ -98,28 +101,32 @@ def main():
     ap.add_argument("--a", type=float, default=3.0, help="us a column with entries, besides pairs")
     ap.add_argument("--b", type=float, default=2.47, help="us a pair")
     ap.add_argument("--zero", type=float, default=6.5, help="us a column without entries")
+    ap.add_argument("--causal", action="store_true", help="causal masks and the global sort")
     ap.add_argument("--fit", default=None, metavar="NAME=US,...",
                     help="fit a, b and zero to measured main-kernel times of the snake walk "
                          "(names: dense, negl0.2, negl0.5, r0.25, r0.1, r0.03, r0.008) first")
     args = ap.parse_args()
+    if args.fit and args.causal:
+        ap.error("--fit: calls without a causal mask only (b comes from the dense call's full columns)")
     s, h = args.seqlen, args.heads
-    masks = {"dense": torch.ones(h, s // 64, s // 128, dtype=torch.bool)}
+    allowed = blf.computable_tiles(s, s, args.causal, "cpu")  # (S/64, S/128)
+    masks = {"dense": allowed.expand(h, -1, -1)}
     q, k, v = bench_attn.video_qkv(1, s, h, 64, torch.bfloat16, "cpu")
-    _, _, w = blf.forward(q, k, v, causal=False, with_stats=True)  # (1, H, S/64, S/128)
+    _, _, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)  # (1, H, S/64, S/128)
     for negl in (0.2, 0.5):
-        masks[f"negl{negl}"] = blf.select(w, negl)[0]
+        masks[f"negl{negl}"] = blf.select(w, negl)[0] & allowed
     tm, tn = w.shape[-2:]
     for keep in (0.25, 0.1, 0.03, 0.008):  # the bench's and bwd_call_timeline.py's masks
-        masks[f"r{keep}"] = bench_attn.random_tile_mask(1, h, tm, tn, keep, "cpu")[0]
+        masks[f"r{keep}"] = bench_attn.random_tile_mask(1, h, tm, tn, keep, "cpu")[0] & allowed
     counts = {name: mask.sum(1).reshape(-1).tolist() for name, mask in masks.items()}
     if args.fit:  # entries per (head, key tile) above
         measured = {k: float(t) for k, t in (x.split("=") for x in args.fit.split(","))}
-        args.a, args.b, args.zero, rms = fit(counts, measured, args.sms)
+        args.a, args.b, args.zero, rms = fit(counts, measured, args.sms, args.causal)
         print(f"fitted to {args.fit}: relative error rms {rms:.3f}")
-    print(f"{s} x {h} x 64, {args.sms} CTAs, a {args.a} b {args.b:.3f} zero {args.zero} us: "
+    print(f"{s} x {h} x 64{' causal' if args.causal else ''}, {args.sms} CTAs, a {args.a} b {args.b:.3f} zero {args.zero} us: "
           "largest CTA load (us)")
     for name in masks:
-        r = walks(counts[name], args.sms, args.a, args.b, args.zero)
+        r = walks(counts[name], args.sms, args.a, args.b, args.zero, args.causal)
         print(f"  {name:8s} mean {r['mean']:7.0f}  greedy {r['greedy']:7.0f}  "
               f"snake {r['snake']:7.0f}  rotated {r['rotated']:7.0f}")
 
