@@ -21,8 +21,9 @@ on the CPU backend: ~30 s at 16k x 16) at negl 0.2 and 0.5, and the bench's rand
 
 The default costs are that fit (the K / V ring's snake walk on an H100, main-kernel times of
 bench/results/bwd-s110-ws64p-kv-ring.txt): a 3.0 us a column with entries, b 2.47 a pair, zero 6.5
-a column without. --fit first fits a, b and zero to the given times of the snake walk (b from the
-dense call, a and zero over a grid), then prints the walks with them.
+a column without. --fit first fits a, b and zero to the given times of the snake walk (or, with
+--fit-walk greedy, of version 6's CTA a column; b from the dense call, a and zero over a grid),
+then prints the walks with them.
 """
 import argparse
 import heapq
@@ -74,8 +75,8 @@ def walks(counts, g, a, b, zero, causal=False):
     return out
 
 
-def fit(counts_by_mask, measured, g, causal=False):
-    """(a, b, zero) that make the snake's largest CTA load match `measured` (us per mask name)
+def fit(counts_by_mask, measured, g, causal=False, walk="snake"):
+    """(a, b, zero) that make the walk's largest CTA load match `measured` (us per mask name)
     best, on calls without a causal mask (every column of the dense call full), by relative
     squared error: b from the dense call (its largest CTA walks ceil(columns / g) columns of Tm /
     2 pairs), a and zero over a grid."""
@@ -85,7 +86,7 @@ def fit(counts_by_mask, measured, g, causal=False):
     for a in [x * 0.25 for x in range(0, 41)]:
         b = (measured["dense"] / cols - a) / pairs
         for zero in [x * 0.5 for x in range(0, 21)]:
-            err = sum(((walks(counts_by_mask[k], g, a, b, zero, causal)["snake"] - t) / t) ** 2
+            err = sum(((walks(counts_by_mask[k], g, a, b, zero, causal)[walk] - t) / t) ** 2
                       for k, t in measured.items())
             if best is None or err < best[0]:
                 best = (err, a, b, zero)
@@ -102,6 +103,9 @@ def main():
     ap.add_argument("--b", type=float, default=2.47, help="us a pair")
     ap.add_argument("--zero", type=float, default=6.5, help="us a column without entries")
     ap.add_argument("--causal", action="store_true", help="causal masks and the global sort")
+    ap.add_argument("--fit-walk", default="snake", choices=["snake", "greedy"],
+                    help="the walk the --fit times are of: the persistent form's snake, or version "
+                         "6's CTA a column (greedy)")
     ap.add_argument("--fit", default=None, metavar="NAME=US,...",
                     help="fit a, b and zero to measured main-kernel times of the snake walk "
                          "(names: dense, negl0.2, negl0.5, r0.25, r0.1, r0.03, r0.008) first")
@@ -121,8 +125,8 @@ def main():
     counts = {name: mask.sum(1).reshape(-1).tolist() for name, mask in masks.items()}
     if args.fit:  # entries per (head, key tile) above
         measured = {k: float(t) for k, t in (x.split("=") for x in args.fit.split(","))}
-        args.a, args.b, args.zero, rms = fit(counts, measured, args.sms, args.causal)
-        print(f"fitted to {args.fit}: relative error rms {rms:.3f}")
+        args.a, args.b, args.zero, rms = fit(counts, measured, args.sms, args.causal, args.fit_walk)
+        print(f"fitted ({args.fit_walk}) to {args.fit}: relative error rms {rms:.3f}")
     print(f"{s} x {h} x 64{' causal' if args.causal else ''}, {args.sms} CTAs, a {args.a} b {args.b:.3f} zero {args.zero} us: "
           "largest CTA load (us)")
     for name in masks:
