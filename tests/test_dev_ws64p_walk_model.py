@@ -57,5 +57,5 @@ def test_causal_calls_walk_one_global_sort():
     counts = [1, 1, 1, 1, 9, 9, 9, 9]  # the heavy columns in the second window of 2g
     windowed = m.walks(counts, g, a=0.0, b=1.0, zero=0.0)
     global_sort = m.walks(counts, g, a=0.0, b=1.0, zero=0.0, causal=True)
-    assert windowed["snake"] == global_sort["snake"] == 12  # 5 + 1 pairs a window, or 5 + 5 + 1 + 1
+    assert windowed["snake"] == global_sort["snake"] == 12  # two light and two heavy columns a CTA
     assert m.schedule(counts, len(counts)) == [9, 9, 9, 9, 1, 1, 1, 1]
