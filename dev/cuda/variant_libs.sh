@@ -50,11 +50,11 @@ for spec in "$@"; do
     for src in "${objects[@]}"; do
         [[ $src == *.cu ]] || { echo "variant_libs.sh: $name touches $src (only .cu objects)" >&2; exit 2; }
         obj="$tree/$(basename "$src").o"
+        # the tree's headers in place of the checkout's (build/final's include paths, rebased)
+        includes=$(sed "s#$ROOT/#$tree/#g" "$OBJDIR/includes_CUDA.rsp")
         # shellcheck disable=SC2086  # the flags are words
-        (cd "$FINAL" && "$NVCC" -forward-unknown-to-host-compiler $CUDA_DEFINES \
-            -I"$tree/include" -I"$tree/src" -isystem=/usr/local/cuda/include $CUDA_FLAGS \
-            $defines -x cu -c "$tree/$src" -o "$obj") 2>&1 | grep -v -i "spill" || true
-        [ -f "$obj" ] || { echo "variant_libs.sh: $name: $src did not compile" >&2; exit 1; }
+        (cd "$FINAL" && "$NVCC" -forward-unknown-to-host-compiler $CUDA_DEFINES $includes \
+            $CUDA_FLAGS $defines -x cu -c "$tree/$src" -o "$obj")
         sed -i "s#CMakeFiles/backlite.dir/$src.o#$obj#" "$tree/objects"
     done
     link=$(sed -e "s#@CMakeFiles/backlite.dir/objects1#@$tree/objects#" \
