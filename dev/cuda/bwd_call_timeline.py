@@ -6,7 +6,8 @@
 
 For each configuration (the dense call, a random tile mask keeping about `keep` of each row
 tile, as bench/bench_attn.py draws them, or `negl:P`: the selection at negl_prob P from the W of
-the bench's video-grid inputs, the selection kernel in the call) it queues N calls, each behind a
+the bench's video-grid inputs, the selection kernel in the call; or `even:K`: as many tiles a
+row as keep K, drawn from the even key tiles only) it queues N calls, each behind a
 ~1 ms sleep kernel so that the host has queued the whole call before the GPU reaches it (as in
 the bench's back-to-back calls), and prints per kernel (or memset / copy) of the call: the
 median duration, the median gap from the previous one's end, and the call's span (first start
@@ -172,6 +173,15 @@ def main(argv=None) -> None:
                                                          negl_prob=negl, causal=args.causal)
         elif keep == "dense":
             fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
+        elif keep.startswith("even:"):
+            # the same tiles a row as the plain keep, drawn from the even key tiles only: half
+            # the columns empty, the others twice as full (what a column without entries costs)
+            even = random_tile_mask(b, h, tm, (tn + 1) // 2, float(keep[len("even:"):]) * 2, dev)
+            mask = torch.zeros(b, h, tm, tn, dtype=torch.bool, device=dev)
+            mask[..., 0::2] = even
+            mask &= computable
+            fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
+                                                causal=args.causal)
         else:
             mask = random_tile_mask(b, h, tm, tn, float(keep), dev) & computable
             fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
