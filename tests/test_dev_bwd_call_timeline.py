@@ -65,3 +65,13 @@ def test_timeline_offsets_reads_the_start_column_or_chains_the_medians(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert "schedule_win @  5.2" in lines[0]
     assert "schedule_win @  5.0" in lines[1]
+
+
+@pytest.mark.parametrize("keep", [0.008, 0.03, 0.25])
+def test_even_keeps_draw_the_plain_row_counts_from_even_key_tiles(keep):
+    script = load_script("dev/cuda/bwd_call_timeline.py")
+    even = script.even_tile_mask(1, 2, 16, 128, keep, "cpu")
+    plain = script.random_tile_mask(1, 2, 16, 128, keep, "cpu")
+    assert even.shape == plain.shape
+    assert not even[..., 1::2].any()  # the odd key tiles (half the columns) empty
+    assert (even.sum(-1) == plain.sum(-1)).all()  # the same tiles a row as the plain keep

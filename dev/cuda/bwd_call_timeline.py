@@ -136,6 +136,16 @@ def parse_shape(text: str, kv_heads: int = 0) -> tuple:
     return b, s, h, d, hk
 
 
+def even_tile_mask(b, h, tm, tn, keep, device):
+    """(B, H, Tm, Tn) bool: as many tiles a row tile as random_tile_mask keeps at `keep`, drawn
+    from the even key tiles only -- half the columns empty, the others twice as full (what a
+    column without entries costs, bench/notes-bwd.md, hundred-and-tenth session)."""
+    even = random_tile_mask(b, h, tm, (tn + 1) // 2, keep * tn / ((tn + 1) // 2), device)
+    mask = torch.zeros(b, h, tm, tn, dtype=torch.bool, device=device)
+    mask[..., 0::2] = even
+    return mask
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="1,16384,16,128")
@@ -174,12 +184,7 @@ def main(argv=None) -> None:
         elif keep == "dense":
             fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
         elif keep.startswith("even:"):
-            # the same tiles a row as the plain keep, drawn from the even key tiles only: half
-            # the columns empty, the others twice as full (what a column without entries costs)
-            even = random_tile_mask(b, h, tm, (tn + 1) // 2, float(keep[len("even:"):]) * 2, dev)
-            mask = torch.zeros(b, h, tm, tn, dtype=torch.bool, device=dev)
-            mask[..., 0::2] = even
-            mask &= computable
+            mask = even_tile_mask(b, h, tm, tn, float(keep[len("even:"):]), dev) & computable
             fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
                                                 causal=args.causal)
         else:
