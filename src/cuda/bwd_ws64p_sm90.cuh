@@ -31,7 +31,7 @@
 // With the K / V ring (bench/results/bwd-s110-ws64p-kv-ring.txt): dense level (+0.0..+0.8 %,
 // causal level), 10 % -11..-20 us, 3 % -26, video negl 0.5 -31, causal 3 % / 0.8 % -16 / -8.5,
 // 4 x 4k 10 % -21; but 0.8 % level / +2, 4 x 4k 3 % +4.5 and the 24 %-kept video mask +15 us
-// (+1.2 %), where the static walk leaves the CTAs' loads uneven (dev/cuda/ws64p_walk_model.py;
+// (+1.2 %), where the static walk leaves the CTAs' loads uneven (dev/cuda/column_walk_model.py;
 // dev/cuda/wip/bwd-ws64p-rotate.patch, not run yet). Not in the default build yet: picked on
 // the device for sparse calls (dev/cuda/wip/bwd-ws64p-pick.patch, with one K / V buffer) it took
 // 8-21 us off the non-causal sparse rows, but the pick's returning grid and a slower version 6

@@ -1,9 +1,9 @@
-"""dev/cuda/ws64p_walk_model.py: the persistent head-dim-64 walk's positions and CTA loads."""
+"""dev/cuda/column_walk_model.py: the walks' positions, CTA loads and fits (head dims 64 and 128)."""
 from script_loader import load_script
 
 
 def load():
-    return load_script("dev/cuda/ws64p_walk_model.py", siblings=True)
+    return load_script("dev/cuda/column_walk_model.py", siblings=True)
 
 
 def test_each_round_gives_every_cta_one_position():
@@ -59,3 +59,12 @@ def test_causal_calls_walk_one_global_sort():
     global_sort = m.walks(counts, g, a=0.0, b=1.0, zero=0.0, causal=True)
     assert windowed["snake"] == global_sort["snake"] == 12  # two light and two heavy columns a CTA
     assert m.schedule(counts, len(counts)) == [9, 9, 9, 9, 1, 1, 1, 1]
+
+
+def test_head_dim_128_counts_entries_in_four_round_causal_windows():
+    m = load()
+    assert m.units(5, 64) == 3 and m.units(5, 128) == 5
+    g = 1
+    counts = [1, 2, 3, 4, 5]  # one CTA: the walk's load is every column's cost
+    r = m.walks(counts, g, a=1.0, b=1.0, zero=0.0, causal=True, head_dim=128)
+    assert r["greedy"] == r["mean"] == 5 * 1.0 + sum(counts)
