@@ -144,9 +144,13 @@ def main():
     tm, tn = w.shape[-2:]
     for keep in (0.25, 0.1, 0.03, 0.008):  # the bench's and bwd_call_timeline.py's masks
         masks[f"r{keep}"] = bench_attn.random_tile_mask(1, h, tm, tn, keep, "cpu")[0] & allowed
+    # entries per (head, key tile)
     counts = {name: mask.sum(1).reshape(-1).tolist() for name, mask in masks.items()}
-    if args.fit:  # entries per (head, key tile) above
+    if args.fit:
         measured = {k: float(t) for k, t in (x.split("=") for x in args.fit.split(","))}
+        unknown = sorted(set(measured) - set(masks))
+        if unknown:
+            ap.error(f"--fit: no mask named {', '.join(unknown)} (the names: {', '.join(masks)})")
         args.a, args.b, args.zero, rms = fit(counts, measured, args.sms, args.causal, args.fit_walk,
                                              d)
         print(f"fitted ({args.fit_walk}) to {args.fit}: relative error rms {rms:.3f}")
