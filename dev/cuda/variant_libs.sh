@@ -2,12 +2,12 @@
 # variant_libs.sh -- release libraries that differ from build/final in a few translation units,
 # built here in a minute each, packed as one build/pw.tar.xz for a device call's carry (the
 # libraries are ~14 MB each and the carry holds 64 MB with the tree; packed, four take ~10 MB).
-# Each spec NAME=[PATCH][:DEFINES] builds build/pw/NAME.so: the tracked sources with PATCH applied
-# (none: HEAD's), the objects that the patch touches (their dependency files in build/final say
-# which) and src/cuda/attn_bwd_sm90.cu recompiled with build/final's CUDA flags plus DEFINES
-# (space-separated), linked with build/final's other objects. Run from the repository root after
-# `cmake -S . -B build/final -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF && cmake --build
-# build/final`, e.g. (the rotate patch's one-call check):
+# Each spec NAME=[PATCH[+PATCH...]][:DEFINES] builds build/pw/NAME.so: the tracked sources with the
+# patches applied in order (none: HEAD's), the objects that they touch (their dependency files in
+# build/final say which) and src/cuda/attn_bwd_sm90.cu recompiled with build/final's CUDA flags
+# plus DEFINES (space-separated), linked with build/final's other objects. Run from the repository
+# root after `cmake -S . -B build/final -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF && cmake
+# --build build/final`, e.g. (the rotate patch's one-call check):
 #   bash dev/cuda/variant_libs.sh base= kvr=:-DBL_BWD_WS64_PERSISTENT=0 \
 #       rot=dev/cuda/wip/bwd-ws64p-rotate.patch:-DBL_BWD_WS64_PERSISTENT=0 \
 #       rot3=dev/cuda/wip/bwd-ws64p-rotate.patch:-DBL_BWD_WS64_PERSISTENT=3
@@ -18,7 +18,10 @@
 set -euo pipefail
 FINAL=build/final
 OBJDIR=$FINAL/CMakeFiles/backlite.dir
-[ -f "$OBJDIR/objects1" ] || { echo "variant_libs.sh: build $FINAL first (see the header)" >&2; exit 2; }
+if [ ! -f "$OBJDIR/objects1" ]; then
+    echo "variant_libs.sh: build $FINAL first (see the header)" >&2
+    exit 2
+fi
 flag() { sed -n "s/^$1 = //p" "$OBJDIR/flags.make"; }
 CUDA_DEFINES=$(flag CUDA_DEFINES) CUDA_FLAGS=$(flag CUDA_FLAGS)
 NVCC=$(sed -n 's/^# compile CUDA with //p' "$OBJDIR/flags.make")
@@ -30,12 +33,14 @@ for spec in "$@"; do
     patch=${rest%%:*} defines=""
     [[ $rest == *:* ]] && defines=${rest#*:}
     tree=$(mktemp -d /tmp/variant_lib.XXXXXX)
-    git ls-files -z src include | tar --null -T - -c | tar -x -C "$tree"
+    # (tests too: a patch may touch them beside the sources)
+    git ls-files -z src include tests | tar --null -T - -c | tar -x -C "$tree"
     touched=()
-    if [ -n "$patch" ]; then
-        (cd "$tree" && git apply "$ROOT/$patch")  # (a plain directory: git apply as patch(1))
-        mapfile -t touched < <(git apply --numstat "$patch" | cut -f3)
-    fi
+    IFS='+' read -r -a patches <<< "$patch"
+    for pf in "${patches[@]}"; do  # in order: a later patch may need an earlier one
+        (cd "$tree" && git apply "$ROOT/$pf")  # (a plain directory: git apply as patch(1))
+        mapfile -t -O "${#touched[@]}" touched < <(git apply --numstat "$pf" | cut -f3)
+    done
     objects=(src/cuda/attn_bwd_sm90.cu)
     for dep in "$OBJDIR"/src/*/*.o.d "$OBJDIR"/src/*.o.d; do
         [ -f "$dep" ] || continue
@@ -48,7 +53,10 @@ for spec in "$@"; do
     mapfile -t objects < <(printf '%s\n' "${objects[@]}" | sort -u)
     cp "$OBJDIR/objects1" "$tree/objects"
     for src in "${objects[@]}"; do
-        [[ $src == *.cu ]] || { echo "variant_libs.sh: $name touches $src (only .cu objects)" >&2; exit 2; }
+        if [[ $src != *.cu ]]; then
+            echo "variant_libs.sh: $name touches $src (only .cu objects)" >&2
+            exit 2
+        fi
         obj="$tree/$(basename "$src").o"
         # the tree's headers in place of the checkout's (build/final's include paths, rebased)
         includes=$(sed "s#$ROOT/#$tree/#g" "$OBJDIR/includes_CUDA.rsp")
@@ -60,7 +68,10 @@ for spec in "$@"; do
     link=$(sed -e "s#@CMakeFiles/backlite.dir/objects1#@$tree/objects#" \
                -e "s#-o libbacklite.so#-o $ROOT/build/pw/$name.so#" "$OBJDIR/link.txt")
     (cd "$FINAL" && eval "$link")
-    echo "build/pw/$name.so: ${objects[*]} recompiled${defines:+ with $defines}${patch:+, $patch applied}"
+    msg="build/pw/$name.so: ${objects[*]} recompiled"
+    [ -n "$defines" ] && msg+=" with $defines"
+    [ -n "$patch" ] && msg+=", $patch applied"
+    echo "$msg"
     rm -rf "$tree"
     names+=("pw/$name.so")
 done
