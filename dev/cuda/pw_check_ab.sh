@@ -9,8 +9,8 @@
 #   OUT=$OUT bash dev/cuda/pw_check_ab.sh rot3 rot base,kvr \
 #       "1,16384,16,64|dense,0.1,0.03,0.008,negl:0.2,negl:0.5;1,16384,16,64 --causal|0.03,0.008" 2
 # CHECK / NEW / BASES name libraries build/pw/NAME.so; CONFIGS as lib_timeline_ab.sh's (each with
-# its keeps after a bar). Environment: TESTS (pytest -k, default "backward"; "" for all), CASES (pool_sanitize
-# cases, default 3,4,9,10,11), LIMIT (seconds for the whole, default 570).
+# its keeps after a bar). Environment: TESTS (pytest -k, default "backward"; "" for all), CASES
+# (pool_sanitize cases, default 3,4,9,10,11), LIMIT (seconds for the whole, default 570).
 # Writes $OUT/gpu.txt, pytest.txt, san-memcheck.txt, san-racecheck.txt and $OUT/t (the timelines).
 set -uo pipefail
 check=$1 new=$2 bases=$3 configs=$4 rounds=${5:-2}
