@@ -238,6 +238,40 @@ __device__ __forceinline__ void wg64p_issue_dq(float (&dq)[32], uint32_t ds_buf,
 }
 
 // TMA_ROWS (version 4): pairs loaded by wg64p_tma_pair instead of cp.async from every thread.
+// The dV / dK products' A operands from registers: P^T (s) and dS^T (ds) packed to 16-bit pairs,
+// one k-step of 16 queries per row of pa / dsa.
+template <typename T, int N, int K>
+__device__ __forceinline__ void wg64p_pack_a(const float (&s)[N], const float (&ds)[N],
+                                             uint32_t (&pa)[K][4], uint32_t (&dsa)[K][4]) {
+    static_assert(N == 8 * K, "eight accumulator values a k-step");
+#pragma unroll
+    for (int ks = 0; ks < K; ++ks)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            pa[ks][x] = bl_pack2<T>(s[8 * ks + 2 * x], s[8 * ks + 2 * x + 1]);
+            dsa[ks][x] = bl_pack2<T>(ds[8 * ks + 2 * x], ds[8 * ks + 2 * x + 1]);
+        }
+}
+
+// dV += P^T dO and dK += dS^T Q, A from registers (wg64p_pack_a), B the pair's dO / Q panels;
+// issued only: the caller fences before and commits after.
+template <typename T, int D, int N, int K>
+__device__ __forceinline__ void wg64p_issue_dv_dk(float (&dv_acc)[N], float (&dk_acc)[N],
+                                                  const uint32_t (&pa)[K][4],
+                                                  const uint32_t (&dsa)[K][4], uint32_t sdO,
+                                                  uint32_t sQ) {
+#pragma unroll
+    for (int ks = 0; ks < K; ++ks)
+        bl_wgmma_rs<T, D>(dv_acc, pa[ks],
+                          bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, wg64p_smem::PANEL,
+                                        BL_WGMMA_GROUP_BYTES));
+#pragma unroll
+    for (int ks = 0; ks < K; ++ks)
+        bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
+                          bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, wg64p_smem::PANEL,
+                                        BL_WGMMA_GROUP_BYTES));
+}
+
 template <typename T, bool TMA_ROWS>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;
@@ -418,26 +452,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_c
         bl_reg_fence(ds);
         ds_from_dp_smem<NQ>(ds, s, dlt, lt);
         uint32_t pa[KSTEPS_Q][4], dsa[KSTEPS_Q][4];
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS_Q; ++ks)
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                pa[ks][x] = bl_pack2<T>(s[8 * ks + 2 * x], s[8 * ks + 2 * x + 1]);
-                dsa[ks][x] = bl_pack2<T>(ds[8 * ks + 2 * x], ds[8 * ks + 2 * x + 1]);
-            }
+        wg64p_pack_a<T>(s, ds, pa, dsa);
 
         // ---- dV += P^T dO and dK += dS^T Q (A from registers), dS to shared memory ----
         bl_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS_Q; ++ks)
-            bl_wgmma_rs<T, D>(dv_acc, pa[ks],
-                              bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::PANEL,
-                                            BL_WGMMA_GROUP_BYTES));
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS_Q; ++ks)
-            bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
-                              bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::PANEL,
-                                            BL_WGMMA_GROUP_BYTES));
+        wg64p_issue_dv_dk<T, D>(dv_acc, dk_acc, pa, dsa, sdO, sQ);
         bl_wgmma_commit();
         store_ds_tile(s0 + L::DS + buf * L::DS_BUF + wg * L::PANEL, dsa, warp, lane);
         bl_wgmma_wait<0>();  // dV and dK are done: pa and dsa may die

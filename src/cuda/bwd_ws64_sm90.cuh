@@ -133,6 +133,68 @@ __device__ __forceinline__ void ws64_prefetch_next_column(const bwd_params &p, u
     }
 }
 
+// The pair body shared by version 6 and its persistent form (bwd_ws64p_sm90.cuh), in pieces
+// that leave both kernels' SASS as it was (checked instruction for instruction). The masked
+// exponentials stay a lambda in each kernel: as a shared function (masked a parameter or a
+// template argument) they changed version 6's SASS, which no device run has timed.
+constexpr int WS64_NQ = PAIR_ROWS / 8;  // n8 tiles of queries (S^T, dP^T): 16
+constexpr int WS64_NQ_ENTRY = BM / 8;   // of them per entry: 8
+
+// S^T = K Q^T into s and dP^T = V dO^T into ds: this warpgroup's 64 keys of the K / V panels at
+// sK / sV against the pair's 128 queries, one commit group each (the caller has declared s
+// overwritten and taken its turn). The first step of each product does not accumulate.
+template <typename T>
+__device__ __forceinline__ void ws64_issue_s_dp(float (&s)[WS64_NQ * 4], float (&ds)[WS64_NQ * 4],
+                                                uint32_t sK, uint32_t sV, uint32_t sQ,
+                                                uint32_t sdO, int wg) {
+    constexpr int KSTEPS_D = 64 / 16;
+    bl_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS_D; ++kk)
+        bl_wgmma_ss_n128<T>(
+            s,
+            bl_wgmma_desc(sK + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR, 16,
+                          BL_WGMMA_GROUP_BYTES),
+            bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
+    bl_wgmma_commit();
+    bl_acc_overwritten(ds);
+    bl_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS_D; ++kk)
+        bl_wgmma_ss_n128<T>(
+            ds,
+            bl_wgmma_desc(sV + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR, 16,
+                          BL_WGMMA_GROUP_BYTES),
+            bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
+    bl_wgmma_commit();
+}
+
+// Per entry of the pair (row0: its first query): whether the column's keys need masking for it
+// (keys past Sk, or a causal mask reaching into the column) and the causal reach, key - query <=
+// causal_limit (2 BN where there is none), clamped to +-2 BN so that it fits an int.
+__device__ __forceinline__ void ws64_mask_reach(const bwd_params &p, int64_t key0, int64_t diag,
+                                                const int (&row0)[2], bool (&need_mask)[2],
+                                                int (&causal_limit)[2]) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        need_mask[e] = key0 + BN > p.dm.seqlen_k || (p.causal && key0 + BN - 1 > row0[e] + diag);
+        int64_t room = row0[e] + diag - key0;
+        room = room > 2 * BN ? 2 * BN : room;
+        room = room < -2 * BN ? -2 * BN : room;
+        causal_limit[e] = p.causal ? (int)room : 2 * BN;
+    }
+}
+
+// This thread's Dlt pairs of the pair's queries (an empty second slot's zeros).
+__device__ __forceinline__ void ws64_load_dlt(float2 (&dlt_r)[WS64_NQ], const float *dlt,
+                                              bool empty1, int lt) {
+#pragma unroll
+    for (int t = 0; t < WS64_NQ; ++t) {
+        dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
+        if (t >= WS64_NQ_ENTRY && empty1) dlt_r[t] = make_float2(0.0f, 0.0f);
+    }
+}
+
 // SPLIT (bwd_params::head_split > 1: bl_bwd_head_split): the CTA's column is one part of a
 // column's query heads -- its record's part (rec.w), its list the run of those heads' entries
 // (ws_part_run) -- and its dK / dV go to fp32 partials from registers (ws_store_dkv_part) instead
@@ -144,7 +206,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
     constexpr int NQ = PAIR_ROWS / 8;  // n8 tiles of queries (S^T, dP^T): 16
     constexpr int NQ_ENTRY = BM / 8;   // of them per entry: 8
     constexpr int ND = D / 8;          // n8 tiles of head dim (dK, dV, dQ): 8
-    constexpr int KSTEPS_D = D / 16;
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
     constexpr int WG_WARPS = WARPS / 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -304,25 +365,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         float s[NQ * 4], ds[NQ * 4];
         bl_acc_overwritten(s);
         named_barrier_sync(WS64_TURN0 + wg, THREADS);
-        bl_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS_D; ++kk)
-            bl_wgmma_ss_n128<T>(
-                s,
-                bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
-                              16, BL_WGMMA_GROUP_BYTES),
-                bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
-        bl_wgmma_commit();
-        bl_acc_overwritten(ds);
-        bl_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS_D; ++kk)
-            bl_wgmma_ss_n128<T>(
-                ds,
-                bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
-                              16, BL_WGMMA_GROUP_BYTES),
-                bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
-        bl_wgmma_commit();
+        ws64_issue_s_dp<T>(s, ds, s0 + L::K, s0 + L::V, sQ, sdO, wg);
         named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
         BL_TLC(1);
         // Row starts of this pair's entries, for the masks (an empty slot's are never used).
@@ -342,15 +385,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
         bool need_mask[2];
         int causal_limit[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            need_mask[e] = key0 + BN > dm.seqlen_k ||
-                           (p.causal && key0 + BN - 1 > row0_e[e] + diag);
-            int64_t room = row0_e[e] + diag - key0;
-            room = room > 2 * BN ? 2 * BN : room;
-            room = room < -2 * BN ? -2 * BN : room;
-            causal_limit[e] = p.causal ? (int)room : 2 * BN;
-        }
+        ws64_mask_reach(p, key0, diag, row0_e, need_mask, causal_limit);
         // One branch per pair between two copies of the loop: a branch per n8 tile (as before)
         // cut the 64 exponentials into 16 blocks, and one mask pass after them was if-converted
         // by ptxas into ~260 predicated instructions on every pair.
@@ -382,37 +417,18 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64_kernel(const __grid_co
         // bench/results/bwd-s11-d64.txt).
         BL_TLC(3);
         float2 dlt_r[NQ];
-#pragma unroll
-        for (int t = 0; t < NQ; ++t) {
-            dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
-            if (t >= NQ_ENTRY && empty1) dlt_r[t] = make_float2(0.0f, 0.0f);
-        }
+        ws64_load_dlt(dlt_r, dlt, empty1, lt);
         bl_wgmma_wait<0>();  // dP^T is done
         bl_reg_fence(ds);
         BL_TLC(4);
         ds_from_dp<NQ>(ds, s, dlt_r);
         uint32_t pa[KSTEPS_Q][4], dsa[KSTEPS_Q][4];
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS_Q; ++ks)
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                pa[ks][x] = bl_pack2<T>(s[8 * ks + 2 * x], s[8 * ks + 2 * x + 1]);
-                dsa[ks][x] = bl_pack2<T>(ds[8 * ks + 2 * x], ds[8 * ks + 2 * x + 1]);
-            }
+        wg64p_pack_a<T>(s, ds, pa, dsa);
 
         // ---- dV += P^T dO and dK += dS^T Q (A from registers), dS to shared memory ----
         named_barrier_sync(WS64_TURN0 + wg, THREADS);
         bl_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS_Q; ++ks)
-            bl_wgmma_rs<T, D>(dv_acc, pa[ks],
-                              bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::PANEL,
-                                            BL_WGMMA_GROUP_BYTES));
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS_Q; ++ks)
-            bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
-                              bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::PANEL,
-                                            BL_WGMMA_GROUP_BYTES));
+        wg64p_issue_dv_dk<T, D>(dv_acc, dk_acc, pa, dsa, sdO, sQ);
         bl_wgmma_commit();
         // The turn passes here, not after the dQ issue below: the other warpgroup's S^T / dP^T
         // then queue behind dV / dK while this one writes dS (-1..-2 % against passing it after

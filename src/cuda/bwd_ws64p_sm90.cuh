@@ -5,7 +5,8 @@
 // the stores' and reduce-adds' reads: bench/notes-bwd.md, fifty-ninth and hundred-and-eighth
 // sessions), paid one after another because the next CTA on the SM starts only when this one
 // leaves (~196 KB of shared memory: one CTA an SM).
-// What differs from version 6 (its pair math is the same, line for line):
+// What differs from version 6 (its pair math is the same: the helpers both call, ws64_* and
+// wg64p_*, and the masked exponentials' lambda line for line):
 // - the walk: a static snake over the schedule (ws64p_position), as the twenty-eighth session's
 //   persistent form had it, so that the column and its count stay warp-uniform values (a column
 //   drawn from the work counter and handed on through shared memory put the pair loop's ring
@@ -129,7 +130,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     constexpr int NQ = PAIR_ROWS / 8;  // n8 tiles of queries (S^T, dP^T): 16
     constexpr int NQ_ENTRY = BM / 8;   // of them per entry: 8
     constexpr int ND = D / 8;          // n8 tiles of head dim (dK, dV, dQ): 8
-    constexpr int KSTEPS_D = D / 16;
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
     constexpr int WG_WARPS = WARPS / 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -320,25 +320,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             float s[NQ * 4], ds[NQ * 4];
             bl_acc_overwritten(s);
             named_barrier_sync(WS64_TURN0 + wg, THREADS);
-            bl_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS_D; ++kk)
-                bl_wgmma_ss_n128<T>(
-                    s,
-                    bl_wgmma_desc(sK + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
-                                  16, BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(sQ + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
-            bl_wgmma_commit();
-            bl_acc_overwritten(ds);
-            bl_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS_D; ++kk)
-                bl_wgmma_ss_n128<T>(
-                    ds,
-                    bl_wgmma_desc(sV + wg * WG_KEYS * PANEL_ROW_BYTES + kk * K16_BYTES_KMAJOR,
-                                  16, BL_WGMMA_GROUP_BYTES),
-                    bl_wgmma_desc(sdO + kk * K16_BYTES_KMAJOR, 16, BL_WGMMA_GROUP_BYTES), kk > 0);
-            bl_wgmma_commit();
+            ws64_issue_s_dp<T>(s, ds, sK, sV, sQ, sdO, wg);
             named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
             int row0_e[2] = {0, 0};
 #pragma unroll
@@ -355,15 +337,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
             bool need_mask[2];
             int causal_limit[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                need_mask[e] = key0 + BN > dm.seqlen_k ||
-                               (p.causal && key0 + BN - 1 > row0_e[e] + diag);
-                int64_t room = row0_e[e] + diag - key0;
-                room = room > 2 * BN ? 2 * BN : room;
-                room = room < -2 * BN ? -2 * BN : room;
-                causal_limit[e] = p.causal ? (int)room : 2 * BN;
-            }
+            ws64_mask_reach(p, key0, diag, row0_e, need_mask, causal_limit);
             auto exps = [&](bool masked) {
 #pragma unroll
                 for (int t = 0; t < NQ; ++t) {
@@ -390,36 +364,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
 
             // ---- dS^T = P^T * (dP^T - Dlt), then both A operands packed ----
             float2 dlt_r[NQ];
-#pragma unroll
-            for (int t = 0; t < NQ; ++t) {
-                dlt_r[t] = *reinterpret_cast<const float2 *>(dlt + 8 * t + 2 * lt);
-                if (t >= NQ_ENTRY && empty1) dlt_r[t] = make_float2(0.0f, 0.0f);
-            }
+            ws64_load_dlt(dlt_r, dlt, empty1, lt);
             bl_wgmma_wait<0>();  // dP^T is done
             bl_reg_fence(ds);
             ds_from_dp<NQ>(ds, s, dlt_r);
             uint32_t pa[KSTEPS_Q][4], dsa[KSTEPS_Q][4];
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS_Q; ++ks)
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    pa[ks][x] = bl_pack2<T>(s[8 * ks + 2 * x], s[8 * ks + 2 * x + 1]);
-                    dsa[ks][x] = bl_pack2<T>(ds[8 * ks + 2 * x], ds[8 * ks + 2 * x + 1]);
-                }
+            wg64p_pack_a<T>(s, ds, pa, dsa);
 
             // ---- dV += P^T dO and dK += dS^T Q (A from registers), dS to shared memory ----
             named_barrier_sync(WS64_TURN0 + wg, THREADS);
             bl_wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS_Q; ++ks)
-                bl_wgmma_rs<T, D>(dv_acc, pa[ks],
-                                  bl_wgmma_desc(sdO + ks * K16_BYTES_MNMAJOR, L::PANEL,
-                                                BL_WGMMA_GROUP_BYTES));
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS_Q; ++ks)
-                bl_wgmma_rs<T, D>(dk_acc, dsa[ks],
-                                  bl_wgmma_desc(sQ + ks * K16_BYTES_MNMAJOR, L::PANEL,
-                                                BL_WGMMA_GROUP_BYTES));
+            wg64p_issue_dv_dk<T, D>(dv_acc, dk_acc, pa, dsa, sdO, sQ);
             bl_wgmma_commit();
             named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
             // dS buffer buf held pair gq-2's dS (or, across a column's end, its dK / dV staging or
