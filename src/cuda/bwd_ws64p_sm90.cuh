@@ -32,8 +32,11 @@
 // With the K / V ring (bench/results/bwd-s110-ws64p-kv-ring.txt): dense level (+0.0..+0.8 %,
 // causal level), 10 % -11..-20 us, 3 % -26, video negl 0.5 -31, causal 3 % / 0.8 % -16 / -8.5,
 // 4 x 4k 10 % -21; but 0.8 % level / +2, 4 x 4k 3 % +4.5 and the 24 %-kept video mask +15 us
-// (+1.2 %), where the static walk leaves the CTAs' loads uneven (dev/cuda/column_walk_model.py;
-// dev/cuda/wip/bwd-ws64p-rotate.patch, not run yet). Not in the default build yet: picked on
+// (+1.2 %), where the static walk leaves the CTAs' loads uneven (dev/cuda/column_walk_model.py).
+// With the rotated snake (ws64p_position; bench/results/bwd-s111-ws64p-rotate.txt, H200): 10 %
+// -20 us, 3 % -34, 0.8 % -26, the video masks negl 0.2 / 0.5 -20 / -34, causal 3 % / 0.8 % -25 /
+// -16, 4 x 4k 10 % / 3 % -28 / -27; dense +0.6..+1.0 % (the K / V ring's form without the
+// rotation +0.9..+1.4 % on that H200). Not in the default build yet: picked on
 // the device for sparse calls (dev/cuda/wip/bwd-ws64p-pick.patch, with one K / V buffer) it took
 // 8-21 us off the non-causal sparse rows, but the pick's returning grid and a slower version 6
 // on the one video row measured there kept it out (bench/results/bwd-s109-ws64-pick.txt).
@@ -77,15 +80,29 @@ __device__ __forceinline__ uint32_t ws64p_kv(uint32_t s0, int kc) {
 
 // The CTA's k-th schedule position: round k takes positions k G .. k G + G - 1 (G CTAs),
 // forward in even rounds and backward in odd ones, so that within each window of the schedule
-// (heaviest first) a CTA's heavier column is paired with a lighter one.
-__device__ __forceinline__ int ws64p_position(int k) {
-    const int x = (k & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
-    return k * (int)gridDim.x + x;
+// (two rounds, heaviest first) a CTA's heavier column is paired with a lighter one. The pairs'
+// sums are not equal (columns 0 + 2G-1 against G-1 + G), and without more the same CTAs take
+// the heavy sums in every window: so without a causal mask (the window schedule) the CTAs turn
+// by an odd stride of about 2 / 5 of G each window, which spreads the excess over all of them.
+// A model of the walk on the bench's masks (dev/cuda/column_walk_model.py, fitted to the
+// measured snake) gives the largest CTA load at 16k x 16 x 64: video negl 0.2 1291 -> 1259 us,
+// random 0.8 % 149 -> 113, against a dynamic walk's 1257 / 105
+// (bench/results/bwd-s110-ws64p-kv-ring.txt); measured on an H200 the main kernel fell by 37
+// and 23 us on those calls (bench/results/bwd-s111-ws64p-rotate.txt). Causal calls keep the
+// plain snake: their schedule is one global heaviest-first sort, on which the model finds the
+// snake within 1 % of the dynamic walk and the rotation no better.
+constexpr int WS64P_ROTATE_NUM = 2, WS64P_ROTATE_DEN = 5;  // odd stride ~0.4 G
+__device__ __forceinline__ int ws64p_position(const bwd_params &p, int k) {
+    const int g = (int)gridDim.x;
+    const int stride = p.causal ? 0 : (WS64P_ROTATE_NUM * g / WS64P_ROTATE_DEN) | 1;
+    const int c = ((int)blockIdx.x + (k >> 1) * stride) % g;
+    const int x = (k & 1) ? g - 1 - c : c;
+    return k * g + x;
 }
 // How many columns the CTA walks (known up front, so that the walk's counters stay uniform).
-__device__ __forceinline__ int ws64p_cta_columns(int num_cols) {
+__device__ __forceinline__ int ws64p_cta_columns(const bwd_params &p, int num_cols) {
     const int rounds = (num_cols + (int)gridDim.x - 1) / (int)gridDim.x;
-    return ws64p_position(rounds - 1) < num_cols ? rounds : rounds - 1;
+    return ws64p_position(p, rounds - 1) < num_cols ? rounds : rounds - 1;
 }
 // The CTA's k-th column, decoded in 32 bits as version 6 does.
 struct ws64p_column {
@@ -93,7 +110,7 @@ struct ws64p_column {
     const int *list;
 };
 __device__ __forceinline__ ws64p_column ws64p_take(const bwd_params &p, int k) {
-    const int4 rec = p.sched_rec[ws64p_position(k)];
+    const int4 rec = p.sched_rec[ws64p_position(p, k)];
     const int tn = (int)p.dm.tiles_n, hk = (int)p.dm.heads_k;
     const int bg = rec.x / tn, b = bg / hk;
     ws64p_column c;
@@ -139,7 +156,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
     const bl_bwd_dims &dm = p.dm;
-    const int cta_cols = ws64p_cta_columns((int)(dm.batch * dm.heads_k * dm.tiles_n));
+    const int cta_cols = ws64p_cta_columns(p, (int)(dm.batch * dm.heads_k * dm.tiles_n));
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; ++i) {
@@ -171,7 +188,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             int gq = 0, kc = 0;
             int kv_col = 0;  // the next column whose K / V are to load (cta_cols: none)
             auto load_next_kv = [&]() {
-                while (kv_col < cta_cols && p.sched_rec[ws64p_position(kv_col)].y <= 0) ++kv_col;
+                while (kv_col < cta_cols && p.sched_rec[ws64p_position(p, kv_col)].y <= 0)
+                    ++kv_col;
                 if (kv_col >= cta_cols) return;
                 const ws64p_column c = ws64p_take(p, kv_col++);
                 const int slot = kc & 1;
