@@ -14,7 +14,7 @@ bl_bwd_schedule_kernel), then walked three ways:
   snake    the persistent head-dim-64 form's static walk: round k takes positions kG..kG+G-1,
            forward in even rounds, backward in odd ones (ws64p_position);
   rotated  the snake with the CTAs turned by an odd stride of ~2/5 G every window of two rounds
-           (dev/cuda/wip/bwd-ws64p-rotate.patch).
+           (ws64p_position since the hundred-and-eleventh session: bwd-s111-ws64p-rotate.txt).
 It prints each walk's largest CTA load (the kernel's time, in the model) beside the mean load.
 The masks: the bench's video-grid W (bench/bench_attn.py video_qkv, the forward with statistics
 on the CPU backend: ~30 s at 16k x 16) at negl 0.2 and 0.5, and the bench's random tile masks

@@ -46,7 +46,7 @@ CASES = [
     # threads hold in registers (bl_bwd_schedule_kernel)
     (1, 130, 2600, 120, 120, 64, True, "mask"),
     # head dim 64 keeping 10 %, 656 columns of 0-3 pairs: where the persistent version 6 runs
-    # (-DBL_BWD_WS64_PERSISTENT, or picked with dev/cuda/wip/bwd-ws64p-pick.patch) ~5 a CTA
+    # (the default without a causal mask; causal with -DBL_BWD_WS64P_CAUSAL) ~5 a CTA
     (1, 640, 5200, 16, 16, 64, False, "mask:0.1"),
     (1, 640, 5200, 16, 16, 64, True, "mask:0.1"),
 ]

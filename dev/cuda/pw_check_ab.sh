@@ -5,7 +5,7 @@
 # own time limit so that the call ends inside the device's 600 s and brings back what it has.
 # Usage (on the device, repository root, carry ["build/pw.tar.xz"]):
 #   OUT=$OUT bash dev/cuda/pw_check_ab.sh CHECK NEW BASES "CONFIGS" [ROUNDS]
-#   e.g. (the rotate patch's check: dev/cuda/wip/bwd-ws64p-rotate.patch)
+#   e.g. (how the hundred-and-eleventh session checked the rotated walk, bwd-s111-ws64p-rotate.txt)
 #   OUT=$OUT bash dev/cuda/pw_check_ab.sh rot3 rot base,kvr \
 #       "1,16384,16,64|dense,0.1,0.03,0.008,negl:0.2,negl:0.5;1,16384,16,64 --causal|0.03,0.008" 2
 # CHECK / NEW / BASES name libraries build/pw/NAME.so; CONFIGS as lib_timeline_ab.sh's (each with

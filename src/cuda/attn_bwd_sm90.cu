@@ -48,11 +48,24 @@
 // and with TMA version 6, the same with a producer warpgroup and warpgroups that take turns.
 #include "bwd_wgmma64p_sm90.cuh"
 #include "bwd_ws64_sm90.cuh"
-#ifdef BL_BWD_WS64_PERSISTENT
-// Dev builds only: the persistent version 6 (bwd_ws64p_sm90.cuh) in place of version 6 on
-// unsplit calls, on at most BL_BWD_WS64_PERSISTENT CTAs (0: one per SM; a small cap makes every
-// CTA walk many columns, for the checks).
+// Head dim 64, unsplit calls without a causal mask: version 6 persistent, one CTA per SM walking
+// the columns (its rotated snake). Causal calls keep version 6 with a CTA a column, whose
+// hardware-ordered walk the persistent form's plain snake did not beat where it counts: on an
+// H100 (bench/results/bench-2026-12-05-s111-hd64-h100.txt) the persistent form took 5-22 us off
+// the causal sparse rows but ran the 4 x 4k x 16 x 64 causal dense call 4 % slower (369 -> 356
+// TFLOP/s, below cuDNN's 357), against 10-52 us off the non-causal sparse rows at +0.75 % dense.
 #include "bwd_ws64p_sm90.cuh"
+// Dev builds only: -DBL_BWD_WS64P_MAX_CTAS=N runs the persistent version 6 on at most N CTAs (a
+// small cap makes every CTA walk many columns, for the checks); -DBL_BWD_WS64P_CAUSAL runs it on
+// causal calls too; -DBL_BWD_WS64_PER_COLUMN runs version 6 with a CTA a column on every call
+// (the form before, for A/B timings).
+#ifdef BL_BWD_WS64P_CAUSAL
+constexpr bool WS64P_CAUSAL = true;
+#else
+constexpr bool WS64P_CAUSAL = false;
+#endif
+#ifndef BL_BWD_WS64P_MAX_CTAS
+#define BL_BWD_WS64P_MAX_CTAS 0
 #endif
 
 namespace bl_bwd {
@@ -87,11 +100,11 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
         const size_t smem = wg64p_smem::BYTES;
         // a split call (bl_bwd_head_split): its SPLIT form, a CTA per (column, part)
         const bool split = p.head_split > 1;
-#ifdef BL_BWD_WS64_PERSISTENT
-        if (!split) {
+#ifndef BL_BWD_WS64_PER_COLUMN
+        if (!split && (WS64P_CAUSAL || !p.causal)) {
             int sms = 0;
             BL_TRY(bl_sm_count(&sms));
-            const int64_t cap = BL_BWD_WS64_PERSISTENT > 0 ? BL_BWD_WS64_PERSISTENT : sms;
+            const int64_t cap = BL_BWD_WS64P_MAX_CTAS > 0 ? BL_BWD_WS64P_MAX_CTAS : sms;
             const int64_t grid = num_cols < cap ? num_cols : cap;
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,

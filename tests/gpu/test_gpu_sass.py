@@ -16,10 +16,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "dev", "c
 import sass_loops  # noqa: E402  (the repository's SASS reader, not a package)
 
 # One family per main loop the library ships: the forward, the head-dim-128 64-row and 80-row
-# backward kernels, the head-dim-64 one, and the deterministic form's dq-rows kernel (with
-# version 10 without its dQ, a bwd_ws128_kernel).
+# backward kernels, the head-dim-64 ones (its persistent form on unsplit calls without a causal
+# mask, version 6 on the others), and the deterministic form's dq-rows kernel (with version 10
+# without its dQ, a bwd_ws128_kernel).
 FAMILIES = ("attn_fwd_sm90_ws_kernel", "bwd_ws128_kernel", "bwd_ws128r80_kernel",
-            "bwd_ws64_kernel", "bwd_dqrows_kernel")
+            "bwd_ws64_kernel", "bwd_ws64p_kernel", "bwd_dqrows_kernel")
 
 
 @pytest.fixture(scope="module")
