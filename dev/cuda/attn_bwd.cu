@@ -847,12 +847,19 @@ int main(int argc, char **argv) {
 #endif
 #ifdef BL_BWD_COLS64
     if (!strcmp(what, "cols64")) {  // head-dim-64 column stamps: 16k x 16 x 64, mask keeping
-        // argv[2] (>= 1: the dense call), "causal" as argv[3] for a causal mask
+        // argv[2] (>= 1: the dense call), "causal" (or "nc") as argv[3] for a causal mask, and
+        // another shape B,S,H as argv[4] (e.g. 4,4096,16). The persistent form stamps by
+        // schedule position, version 6 by CTA (bwd_ws64_sm90.cuh): the printer reads both.
         const double keep = argc > 2 ? atof(argv[2]) : 0.25;
         const int causal = argc > 3 && !strcmp(argv[3], "causal");
+        int B = 1, S = 16384, H = 16;
+        if (argc > 4 && sscanf(argv[4], "%d,%d,%d", &B, &S, &H) != 3) {
+            fprintf(stderr, "cols64: shape B,S,H expected, got %s\n", argv[4]);
+            return 1;
+        }
         if (keep >= 1.0) g_full_sweep = 0;
         else g_sparse_only = keep;
-        bench_shape(1, 16384, 16, 64, causal);
+        bench_shape(B, S, H, 64, causal);
         bl_bwd_cols64_print();
         return 0;
     }

@@ -14,7 +14,7 @@ rm -rf "$out" && mkdir -p "$out/o"
 NV="nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --use_fast_math --expt-relaxed-constexpr -DBL_BWD_WITH_MMA_VARIANT ${EXTRA_NVCC:-}"
 INC="-I $tree/include -I $tree/src -I $tree/src/cuda -I $tree/dev/cuda"
 pids=()
-for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_lists_sm90.cu src/cuda/bwd_prepost_sm90.cu; do
+for f in dev/cuda/attn_bwd.cu src/cuda/attn_bwd_sm90.cu src/cuda/select_sm90.cu src/cuda/bwd_lists_sm90.cu src/cuda/bwd_prepost_sm90.cu src/cuda/cuda_supports.cu; do
     $NV $INC -Xptxas=-v -c "$tree/$f" -o "$out/o/$(basename "$f" .cu).o" > "$out/o/$(basename "$f" .cu).log" 2>&1 &
     pids+=($!)
 done

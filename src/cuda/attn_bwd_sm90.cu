@@ -748,10 +748,11 @@ extern "C" void bl_bwd_cols64_print(void) {
         ++sms;
     }
     if (sms == 0) return;
-    const char *names[6] = {"gaps between CTAs", "column starts (-> K / V landed)", "pair loops",
+    const char *names[6] = {"gaps between CTAs / columns", "column starts (-> K / V landed)", "pair loops",
                             "last dQ, dK / dV staged", "stores / reduce-adds read",
                             "columns without entries"};
-    printf("cols64: %d CTAs on %d SMs, %.1f entries per column; per SM span %.0f clocks (min %.0f, "
+    // slots: version 6's CTAs, or the persistent form's columns (its stamps go by position)
+    printf("cols64: %d slots on %d SMs, %.1f entries per column; per SM span %.0f clocks (min %.0f, "
            "max %.0f)\n", n, sms, (double)entries / n, span / sms, span_min, span_max);
     // each part's mean per occurrence: per gap, per column with entries, per empty column
     const int per[6] = {gaps, busy, busy, busy, busy, n - busy};

@@ -1125,19 +1125,7 @@ extern "C" int bl_cuda_available(void) {
     return major == 9 && minor == 0;
 }
 
-// What the kernels are built for: bf16 / fp16 at head dims 64 and 128 (the forward's and the
-// backward's instantiations; the selection reads only W). Needs no device (bl_supports).
-extern "C" bl_status bl_cuda_supports(const char *fn, bl_dtype dtype, int64_t head_dim) {
-    if (dtype != BL_DTYPE_BF16 && dtype != BL_DTYPE_F16)
-        return bl_set_error(BL_ERR_UNSUPPORTED,
-                            "%s: dtype=%d is not supported by the CUDA backend (bf16 = 2 and "
-                            "fp16 = 1 only; fp32 = 0 runs on the CPU backend)", fn, (int)dtype);
-    if (head_dim != 64 && head_dim != 128)
-        return bl_set_error(BL_ERR_UNSUPPORTED,
-                            "%s: head_dim=%lld is not supported by the CUDA backend (64 and 128 "
-                            "only)", fn, (long long)head_dim);
-    return BL_OK;
-}
+// bl_cuda_supports (what the kernels are built for): cuda_supports.cu.
 
 extern "C" bl_status bl_cuda_workspace_size(const bl_attn_desc *d, bl_op op, int with_stats,
                                             size_t *bytes) {

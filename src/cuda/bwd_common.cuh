@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cuda_runtime.h>
 #include "backend.h"
+#include "cuda_check.cuh"  // BL_CARVEOUT_DEFAULT
 
 // Tile shape of the backward (DESIGN §1): BL_TILE_M query rows x BL_TILE_N keys.
 #define BL_BWD_TM BL_TILE_M

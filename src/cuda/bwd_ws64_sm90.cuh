@@ -38,25 +38,50 @@ constexpr int TL64_CTAS = 8192, TL64_POINTS = 6;
 __device__ long long bl_bwd_tl64[TL64_CTAS][TL64_POINTS];
 __device__ int bl_bwd_tl64_info[TL64_CTAS][2];  // SM id, entry count
 __device__ int bl_bwd_tl64_grid;
-__device__ __forceinline__ void bl_tl64_store(bool on, int i) {
-    on = on && blockIdx.x < TL64_CTAS;
-    long long *a = &bl_bwd_tl64[blockIdx.x < TL64_CTAS ? blockIdx.x : 0][i];
+// Stamp i of slot `slot` (a CTA, or the persistent form's schedule position).
+__device__ __forceinline__ void bl_tl64_store_at(bool on, int slot, int i) {
+    on = on && slot < TL64_CTAS;
+    long long *a = &bl_bwd_tl64[slot < TL64_CTAS ? slot : 0][i];
     asm volatile("{\n.reg .pred p;\n.reg .u64 t;\nsetp.ne.u32 p, %0, 0;\nmov.u64 t, %%clock64;\n"
                  "@p st.global.u64 [%1], t;\n}\n" ::"r"((unsigned)on),
                  "l"(a)
                  : "memory");
 }
-__device__ __forceinline__ void bl_tl64_info(int count) {
-    if (blockIdx.x >= TL64_CTAS) return;
+__device__ __forceinline__ void bl_tl64_store(bool on, int i) {
+    bl_tl64_store_at(on, (int)blockIdx.x, i);
+}
+// Slot `slot`'s SM and entry count; slot 0 also publishes how many slots the launch fills.
+__device__ __forceinline__ void bl_tl64_info_at(int slot, int count, int slots) {
+    if (slot >= TL64_CTAS) return;
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    bl_bwd_tl64_info[blockIdx.x][0] = (int)sm;
-    bl_bwd_tl64_info[blockIdx.x][1] = count;
-    if (blockIdx.x == 0) bl_bwd_tl64_grid = (int)gridDim.x;
+    bl_bwd_tl64_info[slot][0] = (int)sm;
+    bl_bwd_tl64_info[slot][1] = count;
+    if (slot == 0) bl_bwd_tl64_grid = slots;
+}
+__device__ __forceinline__ void bl_tl64_info(int count) {
+    bl_tl64_info_at((int)blockIdx.x, count, (int)gridDim.x);
 }
 #define BL_TL64(on, i) bl_tl64_store(on, i)
 #define BL_TL64_INFO(count) bl_tl64_info(count)
+// The persistent form (bwd_ws64p_sm90.cuh) stamps by schedule position `pos` instead of by CTA,
+// at the same places as seen by its consumer thread 0 (a CTA's columns follow one another on
+// its SM, so the printer's "gaps" are the time from one column's end to the next one's start),
+// and publishes the column count as the grid. Points 4 and 5 are both the column's end in the
+// consumers (the last dQ staged): the persistent form's stores and reduce-adds overlap the next
+// column, and each SM's span is then its CTA's whole walk (max against mean: the walk's balance).
+#define BL_TL64P(on, pos, i) bl_tl64_store_at(on, pos, i)
+#define BL_TL64P_INFO(on, pos, count, num_cols) \
+    do {                                        \
+        if (on) bl_tl64_info_at(pos, count, num_cols); \
+    } while (0)
 #else
+#define BL_TL64P(on, pos, i) \
+    do {                     \
+    } while (0)
+#define BL_TL64P_INFO(on, pos, count, num_cols) \
+    do {                                        \
+    } while (0)
 #define BL_TL64(on, i) \
     do {               \
     } while (0)

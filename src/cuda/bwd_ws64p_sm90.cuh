@@ -307,8 +307,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     for (int k = 0; k < cta_cols; ++k) {
         const ws64p_column cl = ws64p_take(p, k);
         const int count = cl.count, pairs = (count + 1) / 2;
+        // dev column stamps (-DBL_BWD_COLS64; no code otherwise): by schedule position
+        BL_TL64P(ct == 0, ws64p_position(p, k), 0);
+        BL_TL64P_INFO(ct == 0, ws64p_position(p, k), count,
+                      (int)(dm.batch * dm.heads_k * dm.tiles_n));
         if (pairs == 0) {
             ws64p_store_zero_dkv<T>(p, cl, ct);
+            BL_TL64P(ct == 0, ws64p_position(p, k), 4);
+            BL_TL64P(ct == 0, ws64p_position(p, k), 5);
             continue;
         }
         const int64_t key0 = (int64_t)cl.n * BN;
@@ -320,6 +326,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
         const uint32_t sK = ws64p_kv(s0, kc), sV = sK + L::PANEL;  // this column's K / V buffer
         mbarrier_wait(bars + ws64p_bars::KVFULL + 8 * (kc & 1), (uint32_t)(kc >> 1) & 1u);  // by TMA
+        BL_TL64P(ct == 0, ws64p_position(p, k), 1);
         if (wg == 1) named_barrier_arrive(WS64_TURN0, THREADS);  // warpgroup 0 issues first
 
         // Pair gq-1's dQ, issued in the iteration of pair gq (zeroed once a column: see version 6).
@@ -438,6 +445,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         }
         const int last = gq0 + pairs - 1;
         gq0 += pairs;
+        BL_TL64P(ct == 0, ws64p_position(p, k), 2);
         bl_reg_fence(dk_acc);
         bl_reg_fence(dv_acc);
         // ---- the column's end ----
@@ -459,11 +467,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         ws_stage_dkv<T>(sdkv + L::PANEL, dv_acc, 1.0f, warp, lane);
         bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
         mbarrier_arrive(bars + ws64p_bars::DKVFULL);
+        BL_TL64P(ct == 0, ws64p_position(p, k), 3);
         mbarrier_wait(dqempty, ((uint32_t)last & 1u) ^ 1u);
         const uint32_t last_stage =
             pairs >= 2 ? s0 + L::DS + (uint32_t)((last - 1) & 1) * L::DS_BUF : s0 + L::DQS;
         dq_block_stage(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq);
         if (lane == 0) mbarrier_arrive(dqfull);
+        BL_TL64P(ct == 0, ws64p_position(p, k), 4);
+        BL_TL64P(ct == 0, ws64p_position(p, k), 5);
     }
 }
 
