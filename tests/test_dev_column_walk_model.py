@@ -51,6 +51,17 @@ def test_fit_recovers_the_costs_it_was_given():
     assert (a, zero) == (1.5, 3.0) and abs(b - 2.0) < 1e-9 and rms < 1e-9
 
 
+def test_fit_of_the_rotated_walk_recovers_its_costs():
+    m = load()
+    g = 4
+    counts = {"dense": [8] * 8, "light": [3, 0, 1, 0, 2, 0, 5, 1, 0, 0, 2, 1] * 2,
+              "half": [4, 4, 2, 0, 6, 1, 0, 3] * 3}
+    truth = dict(a=2.5, b=1.5, zero=4.0)
+    measured = {k: m.walks(c, g, **truth)["rotated"] for k, c in counts.items()}
+    a, b, zero, rms = m.fit(counts, measured, g, walk="rotated")
+    assert (a, zero) == (2.5, 4.0) and abs(b - 1.5) < 1e-9 and rms < 1e-9
+
+
 def test_causal_calls_walk_one_global_sort():
     m = load()
     g = 2

@@ -23,7 +23,7 @@ with --causal. (Non-causal head-dim-128 calls that keep little walk one-round wi
 dense calls the 80-row kernel: not modelled.)
 
     python3 dev/cuda/column_walk_model.py [--seqlen 16384 --heads 16 --sms 132 --head-dim 64]
-        [--causal] [--a A --b B --zero Z] [--fit NAME=US,... [--fit-walk greedy]]
+        [--causal] [--a A --b B --zero Z] [--fit NAME=US,... [--fit-walk rotated|greedy]]
     python3 dev/cuda/column_walk_model.py --fit dense=5110,r0.1=576,r0.03=234,r0.008=148,negl0.2=1293,negl0.5=207
     python3 dev/cuda/column_walk_model.py --head-dim 128 --causal --fit-walk greedy \
         --fit r0.1=501.1,r0.03=230.2,r0.008=122.7
@@ -31,7 +31,7 @@ dense calls the 80-row kernel: not modelled.)
 The default costs (head dim 64) are the first fit (the K / V ring's snake walk on an H100,
 main-kernel times of bench/results/bwd-s110-ws64p-kv-ring.txt): a 3.0 us a column with entries,
 b 2.47 a pair, zero 6.5 a column without. --fit first fits a, b and zero to the given times of
-one walk (the snake, or with --fit-walk greedy the dynamic one; b from the dense call where it is
+one walk (the snake, --fit-walk rotated the rotated one, greedy the dynamic one; b from the dense call where it is
 given at head dim 64 without a causal mask -- every column full -- else over a grid too), then
 prints the walks with them.
 """
@@ -45,6 +45,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import bench_attn  # noqa: E402  (the bench's input generators)
 import back_lite.functional as blf  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from bwd_call_timeline import even_tile_mask  # noqa: E402  (its `even:K` keep)
 
 # src/cuda/bwd_lists_sm90.cu: rounds a window, and causal calls at head dim 128
 SCHED_WINDOW_ROUNDS, SCHED_WINDOW_ROUNDS_CAUSAL = 2, 4
@@ -127,12 +129,13 @@ def main():
     ap.add_argument("--b", type=float, default=2.47, help="us a unit (a pair at head dim 64)")
     ap.add_argument("--zero", type=float, default=6.5, help="us a column without entries")
     ap.add_argument("--causal", action="store_true", help="causal masks and their schedule")
-    ap.add_argument("--fit-walk", default="snake", choices=["snake", "greedy"],
+    ap.add_argument("--fit-walk", default="snake", choices=["snake", "rotated", "greedy"],
                     help="the walk the --fit times are of: the persistent head-dim-64 form's "
-                         "snake, or the dynamic one (version 6's CTA a column, version 10)")
+                         "snake (rotated: without a causal mask since the hundred-and-eleventh "
+                         "session), or the dynamic one (version 6's CTA a column, version 10)")
     ap.add_argument("--fit", default=None, metavar="NAME=US,...",
                     help="fit a, b and zero to measured main-kernel times first (names: dense, "
-                         "negl0.2, negl0.5, r0.25, r0.1, r0.03, r0.008)")
+                         "negl0.2, negl0.5, r0.25, r0.1, r0.03, r0.008, even0.008)")
     args = ap.parse_args()
     s, h, d = args.seqlen, args.heads, args.head_dim
     allowed = blf.computable_tiles(s, s, args.causal, "cpu")  # (S/64, S/128)
@@ -144,6 +147,8 @@ def main():
     tm, tn = w.shape[-2:]
     for keep in (0.25, 0.1, 0.03, 0.008):  # the bench's and bwd_call_timeline.py's masks
         masks[f"r{keep}"] = bench_attn.random_tile_mask(1, h, tm, tn, keep, "cpu")[0] & allowed
+    # half the columns empty, the others twice as full: pins a column without entries
+    masks["even0.008"] = even_tile_mask(1, h, tm, tn, 0.008, "cpu")[0] & allowed
     # entries per (head, key tile)
     counts = {name: mask.sum(1).reshape(-1).tolist() for name, mask in masks.items()}
     if args.fit:
