@@ -748,7 +748,8 @@ extern "C" void bl_bwd_cols64_print(void) {
         ++sms;
     }
     if (sms == 0) return;
-    const char *names[6] = {"gaps between CTAs / columns", "column starts (-> K / V landed)", "pair loops",
+    const char *names[6] = {"gaps between CTAs / columns", "column starts (-> K / V landed)",
+                            "pair loops",
                             "last dQ, dK / dV staged", "stores / reduce-adds read",
                             "columns without entries"};
     // slots: version 6's CTAs, or the persistent form's columns (its stamps go by position)

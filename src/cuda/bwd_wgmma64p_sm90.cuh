@@ -237,7 +237,6 @@ __device__ __forceinline__ void wg64p_issue_dq(float (&dq)[32], uint32_t ds_buf,
     bl_wgmma_commit();
 }
 
-// TMA_ROWS (version 4): pairs loaded by wg64p_tma_pair instead of cp.async from every thread.
 // The dV / dK products' A operands from registers: P^T (s) and dS^T (ds) packed to 16-bit pairs,
 // one k-step of 16 queries per row of pa / dsa.
 template <typename T, int N, int K>
@@ -272,6 +271,7 @@ __device__ __forceinline__ void wg64p_issue_dv_dk(float (&dv_acc)[N], float (&dk
                                         BL_WGMMA_GROUP_BYTES));
 }
 
+// TMA_ROWS (version 4): pairs loaded by wg64p_tma_pair instead of cp.async from every thread.
 template <typename T, bool TMA_ROWS>
 __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma64p_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;

@@ -71,8 +71,8 @@ __device__ __forceinline__ void bl_tl64_info(int count) {
 // consumers (the last dQ staged): the persistent form's stores and reduce-adds overlap the next
 // column, and each SM's span is then its CTA's whole walk (max against mean: the walk's balance).
 #define BL_TL64P(on, pos, i) bl_tl64_store_at(on, pos, i)
-#define BL_TL64P_INFO(on, pos, count, num_cols) \
-    do {                                        \
+#define BL_TL64P_INFO(on, pos, count, num_cols)        \
+    do {                                               \
         if (on) bl_tl64_info_at(pos, count, num_cols); \
     } while (0)
 #else
