@@ -817,8 +817,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(what, "timelinecols")) {  // column stamps: 16k x 16 x 128, mask keeping argv[2]
+        // ("causal" as argv[3] for a causal mask)
         g_sparse_only = argc > 2 ? atof(argv[2]) : 0.01;
-        bench_shape(1, 16384, 16, 128, 0);
+        bench_shape(1, 16384, 16, 128, argc > 3 && !strcmp(argv[3], "causal"));
         bl_bwd_timeline_cols_print();
         return 0;
     }
