@@ -31,7 +31,7 @@ b, s, h, d = (int(x) for x in parts[:4])
 causal = len(parts) > 4 and parts[4] == "causal"
 torch.manual_seed(0)
 q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-out, lse = blf.forward(q, k, v, causal=causal)
+out, lse, _ = blf.forward(q, k, v, causal=causal)
 for _ in range(5):
     blf.backward(do, q, k, v, out, lse, causal=causal)
 torch.cuda.synchronize()
