@@ -47,6 +47,17 @@
 
 namespace bl_bwd {
 
+// Dev only (-DBL_BWD_TIMELINE, `attn_bwd timeline64`): version 6's twelve pair stamps
+// (BL_TLC in bwd_ws64_sm90.cuh) at the same places, in CTA 0's first column only (its pairs
+// `it` would otherwise be overwritten by the next column's).
+#ifdef BL_BWD_TIMELINE
+#define BL_TLCP(i) bl_tl_store(lane == 0 && (warp & 3) == 0 && k == 0, wg, it, i)
+#else
+#define BL_TLCP(i) \
+    do {           \
+    } while (0)
+#endif
+
 // mbarriers at wg64p_smem::BARS: FULL / EMPTY (the pair ring; wg64p_tma_pair completes on FULL)
 // and DQFULL / DQEMPTY (one per consumer warpgroup) where ws_bars has them, then the dS ring, K /
 // V and the dK / dV staging.
@@ -337,6 +348,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             const int gq = gq0 + it;
             const int buf = gq & 1;
             mbarrier_wait(bars + ws_bars::FULL + 8 * buf, (uint32_t)(gq >> 1) & 1u);
+            BL_TLCP(0);
             const uint32_t sQ = s0 + L::Q + buf * L::PANEL;
             const uint32_t sdO = s0 + L::DO + buf * L::PANEL;
             const float *lse2 = s_rows + buf * PAIR_ROWS;
@@ -349,6 +361,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             named_barrier_sync(WS64_TURN0 + wg, THREADS);
             ws64_issue_s_dp<T>(s, ds, sK, sV, sQ, sdO, wg);
             named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
+            BL_TLCP(1);
             int row0_e[2] = {0, 0};
 #pragma unroll
             for (int slot = 0; slot < 2; ++slot) {
@@ -360,6 +373,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             }
             bl_wgmma_wait<1>();  // S^T is done; dP^T may still run
             bl_reg_fence(s);
+            BL_TLCP(2);
 
             // ---- P^T: recompute the probabilities from lse; zero what the mask forbids ----
             bool need_mask[2];
@@ -390,10 +404,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                 exps(false);
 
             // ---- dS^T = P^T * (dP^T - Dlt), then both A operands packed ----
+            BL_TLCP(3);
             float2 dlt_r[NQ];
             ws64_load_dlt(dlt_r, dlt, empty1, lt);
             bl_wgmma_wait<0>();  // dP^T is done
             bl_reg_fence(ds);
+            BL_TLCP(4);
             ds_from_dp<NQ>(ds, s, dlt_r);
             uint32_t pa[KSTEPS_Q][4], dsa[KSTEPS_Q][4];
             wg64p_pack_a<T>(s, ds, pa, dsa);
@@ -406,7 +422,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             named_barrier_arrive(WS64_TURN0 + (wg ^ 1), THREADS);
             // dS buffer buf held pair gq-2's dS (or, across a column's end, its dK / dV staging or
             // its last dQ's): released by both dQ products, the dK / dV stores or the reducer.
+            BL_TLCP(5);
             mbarrier_wait(bars + ws64p_bars::DSEMPTY + 8 * buf, ((uint32_t)(gq >> 1) & 1u) ^ 1u);
+            BL_TLCP(6);
             {
                 const int q = lane >> 3, r = lane & 7;
                 const int chunk = 2 * (warp & 3) + (q & 1);
@@ -419,17 +437,21 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             }
             bl_fence_proxy_async();  // the other warpgroup's wgmma reads what stmatrix wrote
             mbarrier_arrive(bars + ws64p_bars::DSFULL + 8 * buf);
+            BL_TLCP(7);
 
             // ---- pair gq-1's dQ (entry wg's rows), behind dV / dK ----
             // Unconditional (see version 6): at it == 0 it reads the K panels, its result
             // dropped; its wait is then on a phase long complete (or parity 1 of a fresh barrier).
             mbarrier_wait(bars + ws64p_bars::DSFULL + 8 * (buf ^ 1),
                           (uint32_t)((gq - 1) >> 1) & 1u);
+            BL_TLCP(8);
             wg64p_issue_dq<T>(dq, it > 0 ? s0 + L::DS + (buf ^ 1) * L::DS_BUF : sK, sK, wg);
+            BL_TLCP(9);
             bl_wgmma_wait<0>();  // dV, dK and dQ are done: Q / dO buffer buf is free
             bl_reg_fence(pa);
             bl_reg_fence(dsa);
             bl_reg_fence(dq);
+            BL_TLCP(10);
             if (it > 0) {
                 // pair gq-1's dS buffer is free -- but for the column's second-to-last pair,
                 // whose buffer takes the last dQ's staging: the reducer releases that one
@@ -441,6 +463,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                 __syncwarp();
                 if (lane == 0) mbarrier_arrive(dqfull);
             }
+            BL_TLCP(11);
             mbarrier_arrive(bars + ws_bars::EMPTY + 8 * buf);
         }
         const int last = gq0 + pairs - 1;
