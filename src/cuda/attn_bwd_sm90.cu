@@ -761,6 +761,21 @@ extern "C" void bl_bwd_cols64_print(void) {
         printf("  %-34s %10.0f clocks per SM (%5.1f %%), %7.0f each\n", names[i], part[i] / sms,
                100.0 * part[i] / span, per[i] > 0 ? part[i] / per[i] : 0.0);
     printf("  pair loops per pair: %.0f clocks\n", pairs > 0 ? part[2] / pairs : 0.0);
+    // the same by the column's place on its SM (0: each SM's first), to tell a loop that is
+    // slower throughout from one that slows as the walk goes on
+    std::vector<double> rank_clocks, rank_pairs;
+    for (auto &v : by_sm)
+        for (size_t i = 0; i < v.size(); ++i) {
+            const int c = v[i];
+            if (info[2 * c + 1] <= 0) continue;
+            if (i >= rank_clocks.size()) rank_clocks.resize(i + 1, 0.0), rank_pairs.resize(i + 1, 0.0);
+            rank_clocks[i] += (double)(at(c, 2) - at(c, 1));
+            rank_pairs[i] += (double)((info[2 * c + 1] + 1) / 2);
+        }
+    printf("  per pair by the column's place on its SM:");
+    for (size_t i = 0; i < rank_clocks.size(); ++i)
+        printf(" %zu:%.0f", i, rank_pairs[i] > 0 ? rank_clocks[i] / rank_pairs[i] : 0.0);
+    printf("\n");
     // which of the two ends is later: the dK / dV stores' wait or the reducer's
     double st = 0, rd = 0;
     for (int c = 0; c < n; ++c)
