@@ -768,7 +768,10 @@ extern "C" void bl_bwd_cols64_print(void) {
         for (size_t i = 0; i < v.size(); ++i) {
             const int c = v[i];
             if (info[2 * c + 1] <= 0) continue;
-            if (i >= rank_clocks.size()) rank_clocks.resize(i + 1, 0.0), rank_pairs.resize(i + 1, 0.0);
+            if (i >= rank_clocks.size()) {
+                rank_clocks.resize(i + 1, 0.0);
+                rank_pairs.resize(i + 1, 0.0);
+            }
             rank_clocks[i] += (double)(at(c, 2) - at(c, 1));
             rank_pairs[i] += (double)((info[2 * c + 1] + 1) / 2);
         }
