@@ -7,8 +7,8 @@ entries and `zero` where it has none; a unit is a pair of 64-row entries at head
 kernels' step, pairs = ceil(entries / 2)) and one 64-row entry at head dim 128. The columns are
 ordered as the library's schedule orders them (bl_bwd_schedule_window: windows of rounds x G
 columns in their natural (b, head, key tile) order, each sorted heaviest first, stable -- two
-rounds, four for causal calls at head dim 128; causal calls at head dim 64: one global sort,
-bl_bwd_schedule_kernel), then walked three ways:
+rounds, four for causal calls; before the hundred-and-thirteenth session causal calls at head
+dim 64 took one global sort, which `--global-causal64` models), then walked three ways:
   greedy   each CTA takes the next column as it frees: version 6's CTA a column (one an SM),
            and version 10's dynamic walk;
   snake    the persistent head-dim-64 form's static walk: round k takes positions kG..kG+G-1,
@@ -76,8 +76,13 @@ def units(c, head_dim):
     return (c + 1) // 2 if head_dim == 64 else c
 
 
+# --global-causal64: causal head-dim-64 calls on one global heaviest-first sort (the library's
+# schedule for them before the hundred-and-thirteenth session)
+GLOBAL_CAUSAL64 = False
+
+
 def walks(counts, g, a, b, zero, causal=False, head_dim=64):
-    if causal and head_dim == 64:  # one global heaviest-first sort (bl_bwd_schedule_kernel)
+    if causal and head_dim == 64 and GLOBAL_CAUSAL64:
         window = len(counts)
     else:
         window = (SCHED_WINDOW_ROUNDS_CAUSAL if causal else SCHED_WINDOW_ROUNDS) * g
@@ -129,6 +134,8 @@ def main():
     ap.add_argument("--b", type=float, default=2.47, help="us a unit (a pair at head dim 64)")
     ap.add_argument("--zero", type=float, default=6.5, help="us a column without entries")
     ap.add_argument("--causal", action="store_true", help="causal masks and their schedule")
+    ap.add_argument("--global-causal64", action="store_true",
+                    help="causal head-dim-64 calls on one global sort (the schedule before s113)")
     ap.add_argument("--fit-walk", default="snake", choices=["snake", "rotated", "greedy"],
                     help="the walk the --fit times are of: the persistent head-dim-64 form's "
                          "snake (rotated: without a causal mask since the hundred-and-eleventh "
@@ -137,6 +144,8 @@ def main():
                     help="fit a, b and zero to measured main-kernel times first (names: dense, "
                          "negl0.2, negl0.5, r0.25, r0.1, r0.03, r0.008, even0.008)")
     args = ap.parse_args()
+    global GLOBAL_CAUSAL64
+    GLOBAL_CAUSAL64 = args.global_causal64
     s, h, d = args.seqlen, args.heads, args.head_dim
     allowed = blf.computable_tiles(s, s, args.causal, "cpu")  # (S/64, S/128)
     masks = {"dense": allowed.expand(h, -1, -1)}

@@ -42,8 +42,9 @@ CASES = [
     # that counts its last part (bwd_split_sum_sm90.cuh)
     (1, 700, 520, 8, 1, 128, True, "mask:0.5"),
     (2, 300, 400, 4, 1, 64, False, "mask"),
-    # head dim 64 causal with 2520 columns: the global schedule's counts past the 2048 its
-    # threads hold in registers (bl_bwd_schedule_kernel)
+    # head dim 64 causal with 2520 columns: several schedule windows (before the
+    # hundred-and-thirteenth session, the global schedule's counts past the 2048 its threads held
+    # in registers)
     (1, 130, 2600, 120, 120, 64, True, "mask"),
     # head dim 64 keeping 10 %, 656 columns of 0-3 pairs: where the persistent version 6 runs
     # (the default without a causal mask; causal with -DBL_BWD_WS64P_CAUSAL) ~5 a CTA

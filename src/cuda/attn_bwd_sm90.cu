@@ -54,6 +54,9 @@
 // H100 (bench/results/bench-2026-12-05-s111-hd64-h100.txt) the persistent form took 5-22 us off
 // the causal sparse rows but ran the 4 x 4k x 16 x 64 causal dense call 4 % slower (369 -> 356
 // TFLOP/s, below cuDNN's 357), against 10-52 us off the non-causal sparse rows at +0.75 % dense.
+// (Measured while causal head-dim-64 calls took one global heaviest-first sort; since the
+// hundred-and-thirteenth session they rank in four-round windows, on which the persistent form
+// was not timed.)
 #include "bwd_ws64p_sm90.cuh"
 // Dev builds only: -DBL_BWD_WS64P_MAX_CTAS=N runs the persistent version 6 on at most N CTAs (a
 // small cap makes every CTA walk many columns, for the checks); -DBL_BWD_WS64P_CAUSAL runs it on

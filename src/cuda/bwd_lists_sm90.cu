@@ -234,18 +234,24 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 }
 
 // ---- schedules: the order in which the main kernel takes the key tiles ("columns") ----
-// Heaviest first within windows of whole rounds of the persistent head-dim-128 kernel, the
-// windows in the natural (b, kv head, key tile) order (bl_bwd_schedule_window_kernel):
-// concurrent CTAs then work on a few heads, whose Q / dO rows and dq accumulator stay in L2,
-// where a global sort spreads them over all heads. Causal calls at head dim 64 (one CTA per
-// column, in the hardware's order) keep the global heaviest-first sort (bl_bwd_schedule_kernel).
-// Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt, two-round windows,
-// then with a static snake walk; the rounds per call now: bl_bwd_schedule_window) 1 x 16k x 16 x
-// 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 % kept -1.6 %, head dim 64 (16k, 4 x 4k)
-// -2..-6 %, dense level; causal at head dim 128
+// Heaviest first within windows of whole rounds of the SMs, the windows in the natural (b, kv
+// head, key tile) order (bl_bwd_schedule_window_kernel): concurrent CTAs then work on a few
+// heads, whose Q / dO rows and dq accumulator stay in L2, where a global sort spreads them over
+// all heads. Measured, random tile masks: non-causal (bench/results/bwd-s9-schedule.txt,
+// two-round windows, then with a static snake walk; the rounds per call now:
+// bl_bwd_schedule_window) 1 x 16k x 16 x 128 at 10 % kept 1.49 -> 1.31 ms (-12 %), 25 % kept
+// -1.6 %, head dim 64 (16k, 4 x 4k) -2..-6 %, dense level; causal at head dim 128
 // (bench/results/bwd-s10-causal-windows.txt, four-round windows, dynamic walk) 32k x 24 dense
 // -5 %, sparse -10..-18 %, 16k x 16 dense level, sparse -3..-9 %. (With the static snake the
-// causal windows had lost 7-8 %: their columns differ too much in length.)
+// causal windows had lost 7-8 %: their columns differ too much in length.) Causal calls at head
+// dim 64 (version 6: one CTA per column, in the hardware's order) took one global heaviest-first
+// sort until the hundred-and-thirteenth session; there the heavy columns' pairs cost ~50 % more
+// than the light ones' at 10 % kept (the first key tiles of all 16 heads at once, their entries
+// at random row tiles: 128 MB of Q / dO / dq accumulator against 50 MB of L2), and four-round
+// windows took 16k x 16 x 64 causal at 25 / 10 / 3 % kept 899 / 565 / 292 -> 798 / 431 / 263 us
+// and 4 x 4k x 16 x 64 causal dense 927 -> 798 us (-14 %), 16k dense and negl 0.5 level, 0.8 %
+// 170 -> 178 us (two-round windows: 25 / 10 % less, 3 % more; H100,
+// bench/results/bwd-s113-hd64-causal-windows.txt).
 
 // sched_split_order: a split call's records (bl_bwd_head_split: P per column) go part-major --
 // every column of the window in count order for part 0, then again for part 1, ... -- so that
@@ -255,107 +261,12 @@ bl_bwd_list_kernel(bl_bwd_dims dm, int causal, const uint8_t *__restrict__ mask,
 // query head), each head's rows shared by ~16 CTAs: MQA 1 x 16k x 32 q x 128 causal at 25 %
 // kept moved 6.7 GB of DRAM in its packed walk against GQA-8's 3.5 GB for the same entries
 // (L2 hit rate 58 against 75 %: bench/results/bwd-s73-split-more.txt, call 4).
-// The global schedule (head-dim-64 causal calls) is one CTA. SCHED_THREADS: small enough to find
-// room at once beside the selection's and the lists kernel's CTAs -- with 1024 threads it started
-// ~9 us into a 16k x 16 x 64 causal negl 0.5 call, and the preprocess behind it with it; with 512
-// at ~2.6 us, the main kernel ~3 us earlier, spans -4 us at negl 0.5 and -3 at negl 0.05, dense
-// and random-mask calls level (three rounds; 256 threads the same within 1 us:
-// bench/results/bwd-s93-global-schedule.txt). Each thread reads its first SCHED_CACHED columns'
-// counts once, into registers: the three passes below (max, histogram, scatter) then wait for
-// memory once, not three times, after the lists kernel ends.
-enum { SCHED_THREADS = 512, SCHED_BUCKETS = 2048, SCHED_CACHED = 4 };
-
-// Both schedule kernels run as the lists kernel's programmatic dependent (bl_cuda_backward): the
-// preprocess behind them may start at once (it reads nothing they write, and waits for them
+// The schedule kernel runs as the lists kernel's programmatic dependent (bl_cuda_backward): the
+// preprocess behind it may start at once (it reads nothing the schedule writes, and waits for it
 // before it completes); the counts are read once the lists kernel is done.
 static __device__ __forceinline__ void sched_dependent_start() {
     griddep_launch_dependents();
     griddep_wait();
-}
-
-// f(c, counts[c]) for every column c this thread owns (c = tid + k x SCHED_THREADS): the first
-// SCHED_CACHED from registers, the rest (calls of more than SCHED_CACHED x SCHED_THREADS
-// columns) from memory.
-template <typename F>
-static __device__ __forceinline__ void sched_each_col(const int (&cached)[SCHED_CACHED],
-                                                      const int *__restrict__ counts,
-                                                      int num_cols, F f) {
-#pragma unroll
-    for (int k = 0; k < SCHED_CACHED; ++k) {
-        const int c = (int)threadIdx.x + k * SCHED_THREADS;
-        if (c < num_cols) f(c, cached[k]);
-    }
-    for (int c = (int)threadIdx.x + SCHED_CACHED * SCHED_THREADS; c < num_cols; c += SCHED_THREADS)
-        f(c, counts[c]);
-}
-
-// counts: (num_cols); schedule: (num_cols), a permutation of 0..num_cols-1. Buckets of equal
-// width over [0, max count]: heavy columns start first, which is what load balance needs; the
-// order inside a bucket does not matter.
-__global__ void __launch_bounds__(SCHED_THREADS)
-bl_bwd_schedule_kernel(const int *__restrict__ counts, int num_cols, int split,
-                       int *__restrict__ schedule, int4 *__restrict__ recs, int *__restrict__ next) {
-    __shared__ int hist[SCHED_BUCKETS];
-    __shared__ int warp_sums[SCHED_THREADS / 32];
-    __shared__ int s_max;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (tid == 0) s_max = 1;
-    for (int i = tid; i < SCHED_BUCKETS; i += SCHED_THREADS) hist[i] = 0;
-    sched_dependent_start();
-    int cached[SCHED_CACHED];
-#pragma unroll
-    for (int k = 0; k < SCHED_CACHED; ++k) {
-        const int c = tid + k * SCHED_THREADS;
-        cached[k] = c < num_cols ? counts[c] : 0;
-    }
-    int local_max = 0;
-    sched_each_col(cached, counts, num_cols, [&](int, int n) { local_max = max(local_max, n); });
-    local_max = __reduce_max_sync(0xffffffffu, local_max);
-    __syncthreads();  // s_max and hist initialised
-    if (lane == 0) atomicMax(&s_max, local_max);
-    __syncthreads();
-    const int64_t maxc = s_max;
-    // Bucket 0 holds the heaviest columns.
-    auto bucket = [maxc](int n) {
-        return (SCHED_BUCKETS - 1) - (int)((int64_t)n * (SCHED_BUCKETS - 1) / maxc);
-    };
-    sched_each_col(cached, counts, num_cols, [&](int, int n) { atomicAdd(&hist[bucket(n)], 1); });
-    __syncthreads();
-    // Exclusive scan of hist: each thread owns SCHED_BUCKETS / SCHED_THREADS adjacent buckets.
-    constexpr int PER = SCHED_BUCKETS / SCHED_THREADS;
-    int mine[PER], sum = 0;
-    for (int i = 0; i < PER; ++i) {
-        mine[i] = hist[tid * PER + i];
-        sum += mine[i];
-    }
-    int incl = sum;
-    for (int off = 1; off < 32; off <<= 1) {
-        int v = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += v;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    int warp_base = 0;
-    for (int w = 0; w < warp; ++w) warp_base += warp_sums[w];
-    int run = warp_base + incl - sum;
-    __syncthreads();
-    for (int i = 0; i < PER; ++i) {
-        hist[tid * PER + i] = run;
-        run += mine[i];
-    }
-    __syncthreads();
-    sched_each_col(cached, counts, num_cols, [&](int c, int n) {
-        const int pos = atomicAdd(&hist[bucket(n)], 1);
-        schedule[pos] = c;
-        // a split call's column as `split` records, one per part of its query heads, part-major
-        // (sched_split_order)
-        for (int j = 0; j < split; ++j)
-            recs[(int64_t)j * num_cols + pos] = make_int4(c, n, 0, j);
-    });
-    if (tid == 0) {
-        recs[(int64_t)num_cols * split] = make_int4(-1, 0, 0, 0);
-        *next = 0;
-    }
 }
 
 // Window schedule: the columns in their natural order cut into windows of `window` columns, each
@@ -574,8 +485,10 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
     return BL_OK;
 }
 
-// Windows of whole rounds of the persistent head-dim-128 kernel (one CTA per SM, dynamic walk):
-// four for causal calls, two at head dim 64 (bench/results/bwd-s11-noncausal-dynamic.txt: four
+// Windows of whole rounds of the SMs (the persistent kernels: one CTA per SM): four for causal
+// calls (at head dim 64 too, where version 6 runs a CTA a column: two there were 20 / 4 us
+// slower at 25 / 10 % kept, 13 us faster at 3 %, bwd-s113-hd64-causal-windows.txt), two at head
+// dim 64 without a causal mask (bench/results/bwd-s11-noncausal-dynamic.txt: four
 // cost 1.3 % at 16k x 16 dense non-causal). Non-causal at head dim 128, the columns running at
 // once share fewer heads' Q / dO rows and dq accumulator blocks in L2 with one round: where a
 // head has SCHED_LONG_HEAD_TILES key tiles or more, where kv heads are shared (G > 1) or where
@@ -585,8 +498,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 // not measured); else two rounds, and one (`low`, ws->sched_rec_low) for the masked calls that
 // keep little (bl_bwd_low_keep): at 16k x 16 x 128 one round was -10 / -14 us at 3 / 5 % kept
 // but +8 / +15 / +18 us at 8 / 10 / 25 % (bwd-s82-window-keep-ab.txt). Head dim 64 lost 12-17
-// us at 10-25 % with one round, and causal calls 16-67 us with two, 8-68 us with six
-// (bwd-s81-window-rounds-ab.txt, bwd-s82-causal-rounds-ab.txt).
+// us at 10-25 % with one round, and causal calls at head dim 128 16-67 us with two, 8-68 us
+// with six (bwd-s81-window-rounds-ab.txt, bwd-s82-causal-rounds-ab.txt).
 bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, int *window,
                                  int *low) {
     int sms = 0;
@@ -636,13 +549,6 @@ bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80,
     // the low-keep records only where the kernels can tell the keep (the totals: rows80)
     if (!rows80) low = 0;
     if (low == 0) ws->sched_rec_low = NULL;
-    if (causal && dm.head_dim != 128) {
-        BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_schedule_kernel, dim3(1), dim3(SCHED_THREADS), 0,
-                                         stream, /*dependent=*/true, carveout,
-                                         (const int *)ws->counts, (int)cols, split,
-                                         ws->schedule, ws->sched_rec, ws->sched_next));
-        return BL_OK;
-    }
     const int rank_split = sched_rank_split(dm);
     const int rank_cols = SCHED_RANK_THREADS / rank_split;  // columns a CTA ranks
     const int parts = (window + rank_cols - 1) / rank_cols;  // CTAs per window

@@ -205,10 +205,10 @@ def test_gpu_masked_backward_lists_teams(causal, batch, seqlens, heads_q, heads_
 
 
 def test_gpu_masked_backward_causal64_many_columns():
-    """Head-dim-64 causal calls order their columns with one CTA (bl_bwd_schedule_kernel), whose
-    threads hold their first SCHED_CACHED columns' counts in registers and read the rest from
-    memory: 120 heads x 21 key tiles (2520 columns, more than the 2048 it holds) with a random
-    mask, so a column scheduled twice or never shows in dK / dV against the reference."""
+    """Head-dim-64 causal calls with many columns: 120 heads x 21 key tiles (2520 columns, several
+    of the schedule's windows; until the hundred-and-thirteenth session more than the 2048 counts
+    the global schedule's threads held in registers) with a random mask, so a column scheduled
+    twice or never shows in dK / dV against the reference."""
     gen = torch.Generator(device=DEV).manual_seed(13)
     check_random_mask_backward(
         *random_qkv(1, 130, 2600, 120, 120, 64, torch.bfloat16, DEV), True, 0.5, generator=gen)
