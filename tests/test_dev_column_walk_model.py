@@ -62,12 +62,16 @@ def test_fit_of_the_rotated_walk_recovers_its_costs():
     assert (a, zero) == (2.5, 4.0) and abs(b - 1.5) < 1e-9 and rms < 1e-9
 
 
-def test_causal_calls_walk_one_global_sort():
+def test_causal_head_dim_64_calls_walk_one_global_sort_with_the_flag():
     m = load()
     g = 2
     counts = [1, 1, 1, 1, 9, 9, 9, 9]  # the heavy columns in the second window of 2g
     windowed = m.walks(counts, g, a=0.0, b=1.0, zero=0.0)
-    global_sort = m.walks(counts, g, a=0.0, b=1.0, zero=0.0, causal=True)
+    m.GLOBAL_CAUSAL64 = True  # --global-causal64: the schedule before the 113th session
+    try:
+        global_sort = m.walks(counts, g, a=0.0, b=1.0, zero=0.0, causal=True)
+    finally:
+        m.GLOBAL_CAUSAL64 = False
     assert windowed["snake"] == global_sort["snake"] == 12  # two light and two heavy columns a CTA
     assert m.schedule(counts, len(counts)) == [9, 9, 9, 9, 1, 1, 1, 1]
 
