@@ -1,5 +1,5 @@
-// bwd_ws64p_sm90.cuh -- version 6 persistent (unsplit head-dim-64 calls without a causal mask;
-// causal ones under the dev switch -DBL_BWD_WS64P_CAUSAL): the head-dim-64
+// bwd_ws64p_sm90.cuh -- version 6 persistent (unsplit head-dim-64 calls without a causal mask,
+// and causal ones of at most 8192 query rows: WS64P_CAUSAL_MAX_SQ): the head-dim-64
 // kernel of bwd_ws64_sm90.cuh with one CTA per SM walking its share of the schedule's columns, so
 // that a column's end overlaps the next column's start. Why: at low keeps version 6's time outside
 // its pairs is ~4-5 us a column (the CTA's launch, K / V landing, the last dQ and dK / dV staged,
@@ -38,7 +38,8 @@
 // -20 us, 3 % -34, 0.8 % -26, the video masks negl 0.2 / 0.5 -20 / -34, causal 3 % / 0.8 % -25 /
 // -16, 4 x 4k 10 % / 3 % -28 / -27; dense +0.6..+1.0 % (the K / V ring's form without the
 // rotation +0.9..+1.4 % on that H200). The default for non-causal calls since the
-// hundred-and-eleventh session (attn_bwd_sm90.cu says why not for causal ones). Before: picked on
+// hundred-and-eleventh session, and for causal calls of at most 8192 query rows since the
+// hundred-and-fourteenth (attn_bwd_sm90.cu says why not for longer ones). Before: picked on
 // the device for sparse calls (dev/cuda/wip/bwd-ws64p-pick.patch, with one K / V buffer) it took
 // 8-21 us off the non-causal sparse rows, but the pick's returning grid and a slower version 6
 // on the one video row measured there kept it out (bench/results/bwd-s109-ws64-pick.txt).

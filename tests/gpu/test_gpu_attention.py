@@ -189,6 +189,22 @@ def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads
         generator=gen)
 
 
+@pytest.mark.parametrize("sq", [8192, 8200], ids=["persistent", "per_column"])
+@pytest.mark.parametrize("keep", [None, 0.3], ids=["dense", "mask"])
+def test_gpu_causal64_both_walks(sq, keep):
+    """Head-dim-64 causal calls on both sides of WS64P_CAUSAL_MAX_SQ (attn_bwd_sm90.cu): up to
+    8192 query rows the persistent version 6 walks the columns (one CTA an SM), longer calls run
+    version 6 with a CTA a column -- since the hundred-and-fourteenth session the only test of
+    that form on causal calls. 3 heads x 64 or 65 key tiles: more columns than SMs, so the
+    persistent CTAs walk several; 8200 rows end inside a tile."""
+    qkv = random_qkv(1, sq, sq, 3, 3, 64, torch.bfloat16, DEV)
+    if keep is None:
+        check_dense_backward(qkv, True)
+    else:
+        gen = torch.Generator(device=DEV).manual_seed(5)
+        check_random_mask_backward(*qkv, True, keep, generator=gen)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("batch,seqlens,heads_q,heads_k", [
     (1, (512, 448), 136, 136), (1, (256, 32768), 4, 1)], ids=["many_units_4_keys", "mqa_16_keys"])
