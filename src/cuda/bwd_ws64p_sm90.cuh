@@ -103,9 +103,11 @@ __device__ __forceinline__ uint32_t ws64p_kv(uint32_t s0, int kc) {
 // random 0.8 % 149 -> 113, against a dynamic walk's 1257 / 105
 // (bench/results/bwd-s110-ws64p-kv-ring.txt); measured on an H200 the main kernel fell by 37
 // and 23 us on those calls (bench/results/bwd-s111-ws64p-rotate.txt). Causal calls keep the
-// plain snake: on their schedule (one global heaviest-first sort when this was measured; four-round
-// windows since the hundred-and-thirteenth session) the model found the snake within 1 % of the
-// dynamic walk and the rotation no better.
+// plain snake: on the one global heaviest-first sort they took when this was measured the model
+// found it within 1 % of the dynamic walk and the rotation no better. On the four-round windows
+// they take since the hundred-and-thirteenth session the same model (equal column costs) puts the
+// plain snake 11-19 % behind the dynamic walk at 25 % kept and the rotated one 2-5 %
+// (bench/results/bwd-s114-pcw4-causal.txt): the rotation on causal calls is not yet measured.
 constexpr int WS64P_ROTATE_NUM = 2, WS64P_ROTATE_DEN = 5;  // odd stride ~0.4 G
 __device__ __forceinline__ int ws64p_position(const bwd_params &p, int k) {
     const int g = (int)gridDim.x;
