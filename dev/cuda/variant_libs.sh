@@ -8,9 +8,9 @@
 # plus DEFINES (space-separated), linked with build/final's other objects. Run from the repository
 # root after `cmake -S . -B build/final -DCMAKE_BUILD_TYPE=Release -DBL_BUILD_TESTS=OFF && cmake
 # --build build/final`, e.g. (head dim 64: version 6 with a CTA a column on every call, the
-# persistent form on three CTAs, and the persistent form on causal calls too):
+# persistent form on three CTAs, and a patch of the working tree's):
 #   bash dev/cuda/variant_libs.sh base= percol=:-DBL_BWD_WS64_PER_COLUMN \
-#       p3=:-DBL_BWD_WS64P_MAX_CTAS=3 pc=:-DBL_BWD_WS64P_CAUSAL
+#       p3=:-DBL_BWD_WS64P_MAX_CTAS=3 fix=build/fix.patch
 # then on the device (carry ["build/pw.tar.xz"]): tar -xJf build/pw.tar.xz -C build, and
 # BACK_LITE_LIBRARY=build/pw/NAME.so or `lib_timeline_ab.sh base=build/pw/base.so ...`.
 # The same name with an empty spec (base=) is HEAD's release library rebuilt the same way, the

@@ -49,30 +49,21 @@
 #include "bwd_wgmma64p_sm90.cuh"
 #include "bwd_ws64_sm90.cuh"
 // Head dim 64, unsplit calls: version 6 persistent, one CTA per SM walking the columns (its
-// rotated snake), without a causal mask and on causal calls of at most WS64P_CAUSAL_MAX_SQ query
-// rows. Longer causal calls keep version 6 with a CTA a column, whose hardware-ordered walk the
-// persistent form's snake does not beat there. Measured on H100s with causal calls ranked in
-// four-round windows (persistent against a CTA a column; bench/results/bwd-s114-pcw4-causal.txt,
-// main kernel and span, and bench-2026-12-06-s114-rule-h100.txt, the bench's rows): 8 x 2k x 16
-// dense -6 %; 4 x 4k x 16 dense -2.8 %, video masks -1..-8 %, random masks keeping 50 % -2.7 %,
-// 25 / 10 / 3 % +1.1 / +0.8 / +3.3 %; 2 x 8k x 16 dense -0.8 %, video masks -0.2..-8 %, random 10 %
-// and below -4..-6 %, 25 / 50 % +2.1 / +1.6 %; but 16k x 16 25 / 10 % +6 / +5 % (+45 / +22 us),
-// 50 % +2.5 % (0.8 % and video negl 0.2 -6 / -10 us), 32k x 16 10 % +4 %. The windows changed
-// the verdict at short lengths: on the global sort causal calls took before the
-// hundred-and-thirteenth session the persistent form ran 4 x 4k causal dense 4 % slower
-// (bench-2026-12-05-s111-hd64-h100.txt).
+// rotated snake), with and without a causal mask. Causal calls took it in two steps. The
+// hundred-and-fourteenth session gave it to causal calls of at most 8192 query rows (H100s,
+// against a CTA a column, on the plain snake causal calls walked then; four-round windows since
+// the hundred-and-thirteenth session: bench/results/bwd-s114-pcw4-causal.txt): 8 x 2k x 16 dense
+// -6 %, 4 x 4k x 16 dense -2.8 %, video masks -1..-8 %, but random masks keeping 25 / 10 / 3 %
+// +1.1 / +0.8 / +3.3 % there and 16k x 16 25 / 10 % +6 / +5 %, where the plain snake left the
+// CTAs' loads uneven. The hundred-and-fifteenth turned the snake on causal calls too
+// (ws64p_position) and gave the persistent form every causal call (H100, span against the
+// library before, bench/results/bwd-s115-causal-rotate.txt): 4 x 4k x 16 random 25 / 10 / 3 %
+// -8 / -10 / -11 %, 2 x 8k 25 / 10 % -6 %, 16k 25 / 10 / 3 / 0.8 % -1.1 / -3.8 / -8 / -9 %,
+// negl 0.2 -2 %, dense level at all three.
 #include "bwd_ws64p_sm90.cuh"
 // Dev builds only: -DBL_BWD_WS64P_MAX_CTAS=N runs the persistent version 6 on at most N CTAs (a
-// small cap makes every CTA walk many columns, for the checks); -DBL_BWD_WS64P_CAUSAL runs it on
-// every causal call, not only the short ones; -DBL_BWD_WS64_PER_COLUMN runs version 6 with a CTA
-// a column on every call (the form before, for A/B timings).
-#ifdef BL_BWD_WS64P_CAUSAL
-constexpr bool WS64P_CAUSAL = true;
-#else
-constexpr bool WS64P_CAUSAL = false;
-#endif
-// The longest causal call (query rows) that runs the persistent version 6 (see above).
-constexpr int64_t WS64P_CAUSAL_MAX_SQ = 8192;
+// small cap makes every CTA walk many columns, for the checks); -DBL_BWD_WS64_PER_COLUMN runs
+// version 6 with a CTA a column on every unsplit call (the form before, for A/B timings).
 #ifndef BL_BWD_WS64P_MAX_CTAS
 #define BL_BWD_WS64P_MAX_CTAS 0
 #endif
@@ -110,9 +101,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
         // a split call (bl_bwd_head_split): its SPLIT form, a CTA per (column, part)
         const bool split = p.head_split > 1;
 #ifndef BL_BWD_WS64_PER_COLUMN
-        const bool causal_persistent =
-            WS64P_CAUSAL || p.dm.seqlen_q <= WS64P_CAUSAL_MAX_SQ;
-        if (!split && (!p.causal || causal_persistent)) {
+        if (!split) {
             int sms = 0;
             BL_TRY(bl_sm_count(&sms));
             const int64_t cap = BL_BWD_WS64P_MAX_CTAS > 0 ? BL_BWD_WS64P_MAX_CTAS : sms;

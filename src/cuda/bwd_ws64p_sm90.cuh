@@ -1,5 +1,4 @@
-// bwd_ws64p_sm90.cuh -- version 6 persistent (unsplit head-dim-64 calls without a causal mask,
-// and causal ones of at most 8192 query rows: WS64P_CAUSAL_MAX_SQ): the head-dim-64
+// bwd_ws64p_sm90.cuh -- version 6 persistent (unsplit head-dim-64 calls): the head-dim-64
 // kernel of bwd_ws64_sm90.cuh with one CTA per SM walking its share of the schedule's columns, so
 // that a column's end overlaps the next column's start. Why: at low keeps version 6's time outside
 // its pairs is ~4-5 us a column (the CTA's launch, K / V landing, the last dQ and dK / dV staged,
@@ -38,8 +37,9 @@
 // -20 us, 3 % -34, 0.8 % -26, the video masks negl 0.2 / 0.5 -20 / -34, causal 3 % / 0.8 % -25 /
 // -16, 4 x 4k 10 % / 3 % -28 / -27; dense +0.6..+1.0 % (the K / V ring's form without the
 // rotation +0.9..+1.4 % on that H200). The default for non-causal calls since the
-// hundred-and-eleventh session, and for causal calls of at most 8192 query rows since the
-// hundred-and-fourteenth (attn_bwd_sm90.cu says why not for longer ones). Before: picked on
+// hundred-and-eleventh session, for causal calls of at most 8192 query rows since the
+// hundred-and-fourteenth, and for every causal call since the hundred-and-fifteenth
+// (attn_bwd_sm90.cu has the measurements). Before: picked on
 // the device for sparse calls (dev/cuda/wip/bwd-ws64p-pick.patch, with one K / V buffer) it took
 // 8-21 us off the non-causal sparse rows, but the pick's returning grid and a slower version 6
 // on the one video row measured there kept it out (bench/results/bwd-s109-ws64-pick.txt).
@@ -94,24 +94,24 @@ __device__ __forceinline__ uint32_t ws64p_kv(uint32_t s0, int kc) {
 
 // The CTA's k-th schedule position: round k takes positions k G .. k G + G - 1 (G CTAs),
 // forward in even rounds and backward in odd ones, so that within each window of the schedule
-// (two rounds, heaviest first) a CTA's heavier column is paired with a lighter one. The pairs'
-// sums are not equal (columns 0 + 2G-1 against G-1 + G), and without more the same CTAs take
-// the heavy sums in every window: so without a causal mask (the window schedule) the CTAs turn
-// by an odd stride of about 2 / 5 of G each window, which spreads the excess over all of them.
-// A model of the walk on the bench's masks (dev/cuda/column_walk_model.py, fitted to the
-// measured snake) gives the largest CTA load at 16k x 16 x 64: video negl 0.2 1291 -> 1259 us,
-// random 0.8 % 149 -> 113, against a dynamic walk's 1257 / 105
+// (two rounds without a causal mask, four with one; heaviest first) a CTA's heavier column is
+// paired with a lighter one. The pairs' sums are not equal (columns 0 + 2G-1 against G-1 + G),
+// and without more the same CTAs take the heavy sums in every window: so the CTAs turn by an odd
+// stride of about 2 / 5 of G every two rounds, which spreads the excess over all of them.
+// Without a causal mask: a model of the walk on the bench's masks (dev/cuda/column_walk_model.py,
+// fitted to the measured snake) gives the largest CTA load at 16k x 16 x 64: video negl 0.2 1291
+// -> 1259 us, random 0.8 % 149 -> 113, against a dynamic walk's 1257 / 105
 // (bench/results/bwd-s110-ws64p-kv-ring.txt); measured on an H200 the main kernel fell by 37
-// and 23 us on those calls (bench/results/bwd-s111-ws64p-rotate.txt). Causal calls keep the
-// plain snake: on the one global heaviest-first sort they took when this was measured the model
-// found it within 1 % of the dynamic walk and the rotation no better. On the four-round windows
-// they take since the hundred-and-thirteenth session the same model (equal column costs) puts the
-// plain snake 11-19 % behind the dynamic walk at 25 % kept and the rotated one 2-5 %
-// (bench/results/bwd-s114-pcw4-causal.txt): the rotation on causal calls is not yet measured.
+// and 23 us on those calls (bench/results/bwd-s111-ws64p-rotate.txt). Causal calls walked the
+// plain snake until the hundred-and-fifteenth session (on the one global sort they took when the
+// rotation was first measured the model found the plain snake within 1 % of the dynamic walk);
+// on their four-round windows the rotation took 6-11 % off the main kernel of random masks
+// keeping 3-25 % at 4k and 8k rows (H100, bench/results/bwd-s115-causal-rotate.txt), more than
+// the model's equal column costs predicted there.
 constexpr int WS64P_ROTATE_NUM = 2, WS64P_ROTATE_DEN = 5;  // odd stride ~0.4 G
 __device__ __forceinline__ int ws64p_position(const bwd_params &p, int k) {
     const int g = (int)gridDim.x;
-    const int stride = p.causal ? 0 : (WS64P_ROTATE_NUM * g / WS64P_ROTATE_DEN) | 1;
+    const int stride = (WS64P_ROTATE_NUM * g / WS64P_ROTATE_DEN) | 1;
     const int c = ((int)blockIdx.x + (k >> 1) * stride) % g;
     const int x = (k & 1) ? g - 1 - c : c;
     return k * g + x;

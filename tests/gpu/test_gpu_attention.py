@@ -189,15 +189,15 @@ def test_gpu_masked_backward_split_columns(causal, keep, seqlens, heads_q, heads
         generator=gen)
 
 
-@pytest.mark.parametrize("sq", [8192, 8200], ids=["persistent", "per_column"])
+@pytest.mark.parametrize("sq,heads", [(8192, 5), (2000, 40)], ids=["long", "many_heads"])
 @pytest.mark.parametrize("keep", [None, 0.3], ids=["dense", "mask"])
-def test_gpu_causal64_both_walks(sq, keep):
-    """Head-dim-64 causal calls on both sides of WS64P_CAUSAL_MAX_SQ (attn_bwd_sm90.cu): up to
-    8192 query rows the persistent version 6 walks the columns (one CTA an SM), longer calls run
-    version 6 with a CTA a column -- since the hundred-and-fourteenth session the only test of
-    that form on causal calls. 3 heads x 64 or 65 key tiles: more columns than SMs, so the
-    persistent CTAs walk several; 8200 rows end inside a tile."""
-    qkv = random_qkv(1, sq, sq, 3, 3, 64, torch.bfloat16, DEV)
+def test_gpu_causal64_rotated_walk(sq, heads, keep):
+    """Head-dim-64 causal calls on the persistent version 6, whose CTAs walk the rotated snake
+    (ws64p_position turns it every two rounds; causal calls since the hundred-and-fifteenth
+    session): 5 heads x 64 key tiles (320 columns) and 40 heads x 16 (640; 2000 rows end inside a
+    tile), so with 132 SMs the CTAs walk three to five rounds and the rotation takes effect; a
+    column walked twice or never shows in dK / dV against the reference."""
+    qkv = random_qkv(1, sq, sq, heads, heads, 64, torch.bfloat16, DEV)
     if keep is None:
         check_dense_backward(qkv, True)
     else:
