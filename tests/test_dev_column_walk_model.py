@@ -15,6 +15,25 @@ def test_each_round_gives_every_cta_one_position():
                 assert ctas == list(range(g)), (g, rotate, rnd)
 
 
+def test_rotated_walk_inverts_the_kernels_position_at_every_stride():
+    """snake_cta(k) is the CTA whose ws64p_position (bwd_ws64p_sm90.cuh, written out here) is k,
+    for the library's stride and the others --rotate sets."""
+    m = load()
+    saved = m.ROTATE_NUM, m.ROTATE_DEN
+    try:
+        for num, den in ((2, 5), (1, 5), (1, 3), (3, 5)):
+            m.ROTATE_NUM, m.ROTATE_DEN = num, den
+            for g in (3, 8, 132):
+                stride = (num * g // den) | 1
+                for cta in range(g):
+                    for k in range(7):
+                        c = (cta + (k >> 1) * stride) % g
+                        position = k * g + (g - 1 - c if k & 1 else c)
+                        assert m.snake_cta(position, g, True) == cta, (num, den, g, cta, k)
+    finally:
+        m.ROTATE_NUM, m.ROTATE_DEN = saved
+
+
 def test_the_snake_pairs_a_window_heaviest_with_lightest():
     m = load()
     g = 4

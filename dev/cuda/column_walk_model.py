@@ -13,17 +13,21 @@ dim 64 took one global sort, which `--global-causal64` models), then walked thre
            and version 10's dynamic walk;
   snake    the persistent head-dim-64 form's static walk: round k takes positions kG..kG+G-1,
            forward in even rounds, backward in odd ones (ws64p_position);
-  rotated  the snake with the CTAs turned by an odd stride of ~2/5 G every window of two rounds
-           (ws64p_position since the hundred-and-eleventh session: bwd-s111-ws64p-rotate.txt).
+  rotated  the snake with the CTAs turned by an odd stride of ~2/5 G every two rounds
+           (ws64p_position: without a causal mask since the hundred-and-eleventh session,
+           bwd-s111-ws64p-rotate.txt, and with one since the hundred-and-fifteenth,
+           bwd-s115-causal-rotate.txt); --rotate NUM/DEN sets another stride (~NUM/DEN G).
 It prints each walk's largest CTA load (the kernel's time, in the model) beside the mean load.
 The masks: the bench's video-grid W (bench/bench_attn.py video_qkv, the forward with statistics
 on the CPU backend: ~30 s at 16k x 16) at negl 0.2 and 0.5, and the bench's random tile masks
 (bench_attn.random_tile_mask: round(keep x Tn) tiles of each row tile), under the causal mask
-with --causal. (Non-causal head-dim-128 calls that keep little walk one-round windows, and their
+with --causal. A batch of B calls of H heads walks as one call of B x H heads (the schedule's natural
+order is (b, head, key tile)): 4 x 4k x 16 is --seqlen 4096 --heads 64. (Non-causal head-dim-128 calls that keep little walk one-round windows, and their
 dense calls the 80-row kernel: not modelled.)
 
     python3 dev/cuda/column_walk_model.py [--seqlen 16384 --heads 16 --sms 132 --head-dim 64]
         [--causal] [--a A --b B --zero Z] [--fit NAME=US,... [--fit-walk rotated|greedy]]
+        [--rotate NUM/DEN]
     python3 dev/cuda/column_walk_model.py --fit dense=5110,r0.1=576,r0.03=234,r0.008=148,negl0.2=1293,negl0.5=207
     python3 dev/cuda/column_walk_model.py --head-dim 128 --causal --fit-walk greedy \
         --fit r0.1=501.1,r0.03=230.2,r0.008=122.7
@@ -125,6 +129,7 @@ def fit(counts_by_mask, measured, g, causal=False, walk="snake", head_dim=64):
 
 
 def main():
+    global GLOBAL_CAUSAL64, ROTATE_NUM, ROTATE_DEN
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seqlen", type=int, default=16384)
     ap.add_argument("--heads", type=int, default=16)
@@ -138,14 +143,18 @@ def main():
                     help="causal head-dim-64 calls on one global sort (the schedule before s113)")
     ap.add_argument("--fit-walk", default="snake", choices=["snake", "rotated", "greedy"],
                     help="the walk the --fit times are of: the persistent head-dim-64 form's "
-                         "snake (rotated: without a causal mask since the hundred-and-eleventh "
-                         "session), or the dynamic one (version 6's CTA a column, version 10)")
+                         "snake (rotated: the library's since the hundred-and-eleventh session "
+                         "without a causal mask, the hundred-and-fifteenth with one), or the "
+                         "dynamic one (version 6's CTA a column, version 10)")
+    ap.add_argument("--rotate", default=f"{ROTATE_NUM}/{ROTATE_DEN}", metavar="NUM/DEN",
+                    help="the rotated walk's stride, ~NUM/DEN of the CTAs (made odd), default "
+                         "the library's")
     ap.add_argument("--fit", default=None, metavar="NAME=US,...",
                     help="fit a, b and zero to measured main-kernel times first (names: dense, "
                          "negl0.2, negl0.5, r0.25, r0.1, r0.03, r0.008, even0.008)")
     args = ap.parse_args()
-    global GLOBAL_CAUSAL64
     GLOBAL_CAUSAL64 = args.global_causal64
+    ROTATE_NUM, ROTATE_DEN = (int(x) for x in args.rotate.split("/"))
     s, h, d = args.seqlen, args.heads, args.head_dim
     allowed = blf.computable_tiles(s, s, args.causal, "cpu")  # (S/64, S/128)
     masks = {"dense": allowed.expand(h, -1, -1)}
@@ -169,7 +178,8 @@ def main():
                                              d)
         print(f"fitted ({args.fit_walk}) to {args.fit}: relative error rms {rms:.3f}")
     print(f"{s} x {h} x {d}{' causal' if args.causal else ''}, {args.sms} CTAs, a {args.a} "
-          f"b {args.b:.3f} zero {args.zero} us: largest CTA load (us)")
+          f"b {args.b:.3f} zero {args.zero} us, rotated by ~{ROTATE_NUM}/{ROTATE_DEN} G: "
+          "largest CTA load (us)")
     for name in masks:
         r = walks(counts[name], args.sms, args.a, args.b, args.zero, args.causal, d)
         print(f"  {name:8s} mean {r['mean']:7.0f}  greedy {r['greedy']:7.0f}  "

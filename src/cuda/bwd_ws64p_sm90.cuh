@@ -105,9 +105,9 @@ __device__ __forceinline__ uint32_t ws64p_kv(uint32_t s0, int kc) {
 // and 23 us on those calls (bench/results/bwd-s111-ws64p-rotate.txt). Causal calls walked the
 // plain snake until the hundred-and-fifteenth session (on the one global sort they took when the
 // rotation was first measured the model found the plain snake within 1 % of the dynamic walk);
-// on their four-round windows the rotation took 6-11 % off the main kernel of random masks
-// keeping 3-25 % at 4k and 8k rows (H100, bench/results/bwd-s115-causal-rotate.txt), more than
-// the model's equal column costs predicted there.
+// on their four-round windows the rotation took 7-21 % off the main kernel of random masks
+// keeping 3-25 % at 4k and 8k rows (H100, bench/results/bwd-s115-causal-rotate.txt; the model
+// predicted 9-13 %). The model finds no stride (--rotate) more than ~3 % better than 2 / 5.
 constexpr int WS64P_ROTATE_NUM = 2, WS64P_ROTATE_DEN = 5;  // odd stride ~0.4 G
 __device__ __forceinline__ int ws64p_position(const bwd_params &p, int k) {
     const int g = (int)gridDim.x;
