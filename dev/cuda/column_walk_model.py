@@ -21,9 +21,10 @@ It prints each walk's largest CTA load (the kernel's time, in the model) beside 
 The masks: the bench's video-grid W (bench/bench_attn.py video_qkv, the forward with statistics
 on the CPU backend: ~30 s at 16k x 16) at negl 0.2 and 0.5, and the bench's random tile masks
 (bench_attn.random_tile_mask: round(keep x Tn) tiles of each row tile), under the causal mask
-with --causal. A batch of B calls of H heads walks as one call of B x H heads (the schedule's natural
-order is (b, head, key tile)): 4 x 4k x 16 is --seqlen 4096 --heads 64. (Non-causal head-dim-128 calls that keep little walk one-round windows, and their
-dense calls the 80-row kernel: not modelled.)
+with --causal. A batch of B calls of H heads walks as one call of B x H heads (the schedule's
+natural order is (b, head, key tile)): 4 x 4k x 16 is --seqlen 4096 --heads 64. (Non-causal
+head-dim-128 calls that keep little walk one-round windows, and their dense calls the 80-row
+kernel: not modelled.)
 
     python3 dev/cuda/column_walk_model.py [--seqlen 16384 --heads 16 --sms 132 --head-dim 64]
         [--causal] [--a A --b B --zero Z] [--fit NAME=US,... [--fit-walk rotated|greedy]]

@@ -58,8 +58,9 @@
 // CTAs' loads uneven. The hundred-and-fifteenth turned the snake on causal calls too
 // (ws64p_position) and gave the persistent form every causal call (H100, span against the
 // library before, bench/results/bwd-s115-causal-rotate.txt): 4 x 4k x 16 random 25 / 10 / 3 %
-// -8 / -10 / -11 %, 2 x 8k 25 / 10 % -6 %, 16k 25 / 10 / 3 / 0.8 % -1.1 / -3.8 / -8 / -9 %,
-// negl 0.2 -2 %, dense level at all three.
+// -8 / -10 / -11 %, 2 x 8k 25 / 10 % -6 %, 16k 25 / 10 / 3 / 0.8 % -1.2 / -3.7 / -7.7 / -8.8 %,
+// negl 0.2 -2 %, 32k 1 % -5 %, dense level at every length; in the bench's 16k rows those keeping
+// 25 % and more 0.3-1.3 % slower (bench-2026-12-06-s115-ab-h100.txt), the price of the low keeps'.
 #include "bwd_ws64p_sm90.cuh"
 // Dev builds only: -DBL_BWD_WS64P_MAX_CTAS=N runs the persistent version 6 on at most N CTAs (a
 // small cap makes every CTA walk many columns, for the checks); -DBL_BWD_WS64_PER_COLUMN runs
