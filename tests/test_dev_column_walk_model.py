@@ -56,7 +56,7 @@ def test_rotation_spreads_the_heavy_pair_sums():
 def test_greedy_walk_is_the_dynamic_one():
     m = load()
     r = m.walks([2] * 6, 3, a=1.0, b=1.0, zero=0.0)  # six columns of one pair on three CTAs
-    assert r["greedy"] == r["snake"] == r["rotated"] == 4.0
+    assert r["greedy"] == r["snake"] == r["rotated"] == r["matched"] == 4.0
 
 
 def test_fit_recovers_the_costs_it_was_given():
@@ -102,3 +102,20 @@ def test_head_dim_128_counts_entries_in_four_round_causal_windows():
     counts = [1, 2, 3, 4, 5]  # one CTA: the walk's load is every column's cost
     r = m.walks(counts, g, a=1.0, b=1.0, zero=0.0, causal=True, head_dim=128)
     assert r["greedy"] == r["mean"] == 5 * 1.0 + sum(counts)
+
+
+def test_matched_walk_gives_the_heavy_columns_to_the_least_loaded_ctas():
+    m = load()
+    # two CTAs, three rounds of two columns (costs in schedule order): the snake walks forward,
+    # back, forward, so CTA 0 takes both 5s (5 + 1 + 5 = 11 against 1 + 1 + 1); the matched walk
+    # gives the third round's 5 to the CTA that is behind (7 and 7)
+    costs = [5.0, 1.0, 1.0, 1.0, 5.0, 1.0]
+    snake = [0.0, 0.0]
+    for k, cost in enumerate(costs):
+        snake[m.snake_cta(k, 2, False)] += cost
+    assert snake == [11.0, 3.0]
+    assert m.matched_loads(costs, 2) == [7.0, 7.0]
+    # a last round of fewer columns goes to the least loaded CTAs
+    assert m.matched_loads([5.0, 1.0, 4.0], 2) == [5.0, 5.0]
+    # every round gives each CTA one column: 3 rounds of 3 equal columns load every CTA 3 times
+    assert m.matched_loads([1.0] * 9, 3) == [3.0, 3.0, 3.0]

@@ -16,7 +16,10 @@ dim 64 took one global sort, which `--global-causal64` models), then walked thre
   rotated  the snake with the CTAs turned by an odd stride of ~2/5 G every two rounds
            (ws64p_position: without a causal mask since the hundred-and-eleventh session,
            bwd-s111-ws64p-rotate.txt, and with one since the hundred-and-fifteenth,
-           bwd-s115-causal-rotate.txt); --rotate NUM/DEN sets another stride (~NUM/DEN G).
+           bwd-s115-causal-rotate.txt); --rotate NUM/DEN sets another stride (~NUM/DEN G);
+  matched  not in the library: a static walk that keeps one column a CTA a round, as the snake
+           does, but gives each round's heaviest columns to the CTAs with the least load so far
+           (by the model's costs, as a schedule kernel could compute them beforehand).
 It prints each walk's largest CTA load (the kernel's time, in the model) beside the mean load.
 The masks: the bench's video-grid W (bench/bench_attn.py video_qkv, the forward with statistics
 on the CPU backend: ~30 s at 16k x 16) at negl 0.2 and 0.5, and the bench's random tile masks
@@ -101,8 +104,22 @@ def walks(counts, g, a, b, zero, causal=False, head_dim=64):
         for k, cost in enumerate(costs):
             load[snake_cta(k, g, rotate)] += cost
         out[name] = max(load)
+    out["matched"] = max(matched_loads(costs, g))
     out["mean"] = sum(costs) / g
     return out
+
+
+def matched_loads(costs, g):
+    """The matched walk's CTA loads: round by round (G columns of the schedule, heaviest first
+    within their window), the i-th heaviest column of the round to the CTA with the i-th least
+    load so far (ties: the lower CTA)."""
+    load = [0.0] * g
+    for start in range(0, len(costs), g):
+        rnd = costs[start:start + g]
+        ctas = sorted(range(g), key=lambda c: (load[c], c))
+        for i, cta in zip(sorted(range(len(rnd)), key=lambda i: -rnd[i]), ctas):
+            load[cta] += rnd[i]
+    return load
 
 
 def fit(counts_by_mask, measured, g, causal=False, walk="snake", head_dim=64):
@@ -184,7 +201,7 @@ def main():
     for name in masks:
         r = walks(counts[name], args.sms, args.a, args.b, args.zero, args.causal, d)
         print(f"  {name:8s} mean {r['mean']:7.0f}  greedy {r['greedy']:7.0f}  "
-              f"snake {r['snake']:7.0f}  rotated {r['rotated']:7.0f}")
+              f"snake {r['snake']:7.0f}  rotated {r['rotated']:7.0f}  matched {r['matched']:7.0f}")
 
 
 if __name__ == "__main__":
