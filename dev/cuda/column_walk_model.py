@@ -8,7 +8,7 @@ kernels' step, pairs = ceil(entries / 2)) and one 64-row entry at head dim 128. 
 ordered as the library's schedule orders them (bl_bwd_schedule_window: windows of rounds x G
 columns in their natural (b, head, key tile) order, each sorted heaviest first, stable -- two
 rounds, four for causal calls; before the hundred-and-thirteenth session causal calls at head
-dim 64 took one global sort, which `--global-causal64` models), then walked three ways:
+dim 64 took one global sort, which `--global-causal64` models), then walked four ways:
   greedy   each CTA takes the next column as it frees: version 6's CTA a column (one an SM),
            and version 10's dynamic walk;
   snake    the persistent head-dim-64 form's static walk: round k takes positions kG..kG+G-1,
