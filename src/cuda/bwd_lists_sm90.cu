@@ -486,7 +486,7 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
 }
 
 // Windows of whole rounds of the SMs (the persistent kernels: one CTA per SM): four for causal
-// calls (at head dim 64 too, where version 6 runs a CTA a column: two there were 20 / 4 us
+// calls (at head dim 64 too: two there, on version 6 before the persistent walk, were 20 / 4 us
 // slower at 25 / 10 % kept, 13 us faster at 3 %, bwd-s113-hd64-causal-windows.txt), two at head
 // dim 64 without a causal mask (bench/results/bwd-s11-noncausal-dynamic.txt: four
 // cost 1.3 % at 16k x 16 dense non-causal). Non-causal at head dim 128, the columns running at
