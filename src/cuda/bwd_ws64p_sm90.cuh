@@ -109,7 +109,7 @@ __device__ __forceinline__ uint32_t ws64p_kv(uint32_t s0, int kc) {
 // keeping 3-25 % at 4k and 8k rows (H100, bench/results/bwd-s115-causal-rotate.txt; the model
 // predicted 9-13 %). The model finds no stride (--rotate) more than ~3 % better than 2 / 5.
 constexpr int WS64P_ROTATE_NUM = 2, WS64P_ROTATE_DEN = 5;  // odd stride ~0.4 G
-__device__ __forceinline__ int ws64p_position(const bwd_params &p, int k) {
+__device__ __forceinline__ int ws64p_position(int k) {
     const int g = (int)gridDim.x;
     const int stride = (WS64P_ROTATE_NUM * g / WS64P_ROTATE_DEN) | 1;
     const int c = ((int)blockIdx.x + (k >> 1) * stride) % g;
@@ -117,9 +117,9 @@ __device__ __forceinline__ int ws64p_position(const bwd_params &p, int k) {
     return k * g + x;
 }
 // How many columns the CTA walks (known up front, so that the walk's counters stay uniform).
-__device__ __forceinline__ int ws64p_cta_columns(const bwd_params &p, int num_cols) {
+__device__ __forceinline__ int ws64p_cta_columns(int num_cols) {
     const int rounds = (num_cols + (int)gridDim.x - 1) / (int)gridDim.x;
-    return ws64p_position(p, rounds - 1) < num_cols ? rounds : rounds - 1;
+    return ws64p_position(rounds - 1) < num_cols ? rounds : rounds - 1;
 }
 // The CTA's k-th column, decoded in 32 bits as version 6 does.
 struct ws64p_column {
@@ -127,7 +127,7 @@ struct ws64p_column {
     const int *list;
 };
 __device__ __forceinline__ ws64p_column ws64p_take(const bwd_params &p, int k) {
-    const int4 rec = p.sched_rec[ws64p_position(p, k)];
+    const int4 rec = p.sched_rec[ws64p_position(k)];
     const int tn = (int)p.dm.tiles_n, hk = (int)p.dm.heads_k;
     const int bg = rec.x / tn, b = bg / hk;
     ws64p_column c;
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
     const bl_bwd_dims &dm = p.dm;
-    const int cta_cols = ws64p_cta_columns(p, (int)(dm.batch * dm.heads_k * dm.tiles_n));
+    const int cta_cols = ws64p_cta_columns((int)(dm.batch * dm.heads_k * dm.tiles_n));
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2; ++i) {
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             int gq = 0, kc = 0;
             int kv_col = 0;  // the next column whose K / V are to load (cta_cols: none)
             auto load_next_kv = [&]() {
-                while (kv_col < cta_cols && p.sched_rec[ws64p_position(p, kv_col)].y <= 0)
+                while (kv_col < cta_cols && p.sched_rec[ws64p_position(kv_col)].y <= 0)
                     ++kv_col;
                 if (kv_col >= cta_cols) return;
                 const ws64p_column c = ws64p_take(p, kv_col++);
@@ -323,13 +323,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         const ws64p_column cl = ws64p_take(p, k);
         const int count = cl.count, pairs = (count + 1) / 2;
         // dev column stamps (-DBL_BWD_COLS64; no code otherwise): by schedule position
-        BL_TL64P(ct == 0, ws64p_position(p, k), 0);
-        BL_TL64P_INFO(ct == 0, ws64p_position(p, k), count,
+        BL_TL64P(ct == 0, ws64p_position(k), 0);
+        BL_TL64P_INFO(ct == 0, ws64p_position(k), count,
                       (int)(dm.batch * dm.heads_k * dm.tiles_n));
         if (pairs == 0) {
             ws64p_store_zero_dkv<T>(p, cl, ct);
-            BL_TL64P(ct == 0, ws64p_position(p, k), 4);
-            BL_TL64P(ct == 0, ws64p_position(p, k), 5);
+            BL_TL64P(ct == 0, ws64p_position(k), 4);
+            BL_TL64P(ct == 0, ws64p_position(k), 5);
             continue;
         }
         const int64_t key0 = (int64_t)cl.n * BN;
@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         for (int x = 0; x < ND * 4; ++x) dk_acc[x] = dv_acc[x] = 0.0f;
         const uint32_t sK = ws64p_kv(s0, kc), sV = sK + L::PANEL;  // this column's K / V buffer
         mbarrier_wait(bars + ws64p_bars::KVFULL + 8 * (kc & 1), (uint32_t)(kc >> 1) & 1u);  // by TMA
-        BL_TL64P(ct == 0, ws64p_position(p, k), 1);
+        BL_TL64P(ct == 0, ws64p_position(k), 1);
         if (wg == 1) named_barrier_arrive(WS64_TURN0, THREADS);  // warpgroup 0 issues first
 
         // Pair gq-1's dQ, issued in the iteration of pair gq (zeroed once a column: see version 6).
@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         }
         const int last = gq0 + pairs - 1;
         gq0 += pairs;
-        BL_TL64P(ct == 0, ws64p_position(p, k), 2);
+        BL_TL64P(ct == 0, ws64p_position(k), 2);
         bl_reg_fence(dk_acc);
         bl_reg_fence(dv_acc);
         // ---- the column's end ----
@@ -494,14 +494,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         ws_stage_dkv<T>(sdkv + L::PANEL, dv_acc, 1.0f, warp, lane);
         bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
         mbarrier_arrive(bars + ws64p_bars::DKVFULL);
-        BL_TL64P(ct == 0, ws64p_position(p, k), 3);
+        BL_TL64P(ct == 0, ws64p_position(k), 3);
         mbarrier_wait(dqempty, ((uint32_t)last & 1u) ^ 1u);
         const uint32_t last_stage =
             pairs >= 2 ? s0 + L::DS + (uint32_t)((last - 1) & 1) * L::DS_BUF : s0 + L::DQS;
         dq_block_stage(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq);
         if (lane == 0) mbarrier_arrive(dqfull);
-        BL_TL64P(ct == 0, ws64p_position(p, k), 4);
-        BL_TL64P(ct == 0, ws64p_position(p, k), 5);
+        BL_TL64P(ct == 0, ws64p_position(k), 4);
+        BL_TL64P(ct == 0, ws64p_position(k), 5);
     }
 }
 
