@@ -107,6 +107,15 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             BL_TRY(bl_sm_count(&sms));
             const int64_t cap = BL_BWD_WS64P_MAX_CTAS > 0 ? BL_BWD_WS64P_MAX_CTAS : sms;
             const int64_t grid = num_cols < cap ? num_cols : cap;
+            // With p.dq_direct (a masked call) the DQ16 form first; the device picks one of the
+            // two (p.totals), the other returns at once.
+            if (p.dq_direct) {
+                BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T, true>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)WS64P_SMEM_BYTES));
+                bwd_ws64p_kernel<T, true><<<(unsigned)grid, WS_THREADS, WS64P_SMEM_BYTES, stream>>>(p);
+                BL_CUDA_CHECK_LAUNCH("bwd_ws64p_kernel<DQ16>");
+            }
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)WS64P_SMEM_BYTES));
@@ -500,9 +509,21 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // bwd-s49-fixed-chain.txt); before that, with the lists kernel after the preprocess, the
     // lists' ~3-20 us (bwd-s24-fixed-costs.txt).
     const bool lists80 = rows80 && masked;
+    // The persistent head-dim-64 kernel (launch_main's choice for an unsplit call) on a masked
+    // call: its light row tiles write dq in 16-bit (bwd_params::dq_direct, bwd_ws64p_sm90.cuh),
+    // from the entries of each row tile the lists kernel counts.
+#ifdef BL_BWD_WS64_PER_COLUMN
+    const bool ws64p_direct = false;
+#else
+    const bool ws64p_direct = masked && d->head_dim == 64 && tma_rows && tma_kv && !dq_rows &&
+                              p.head_split == 1 && g_variant != BL_BWD_VARIANT_CPASYNC_ROWS &&
+                              g_variant != BL_BWD_VARIANT_WGMMA64_V1 &&
+                              g_variant != BL_BWD_VARIANT_WGMMA64_V4 &&
+                              bl_bwd_list_runs(dm) <= BL_BWD_WRITER_RUNS;
+#endif
     // Masked calls whose kernel the device picks count each row tile's entries in the lists
-    // kernel (bl_bwd_dq_writers_used); for the others it stays NULL.
-    if (!bl_bwd_dq_writers_used(dm, layout)) ws.dq_writers = NULL;
+    // kernel (bl_bwd_dq_writers_used), and those ws64p_direct takes; for the others it stays NULL.
+    if (!bl_bwd_dq_writers_used(dm, layout) && !ws64p_direct) ws.dq_writers = NULL;
     BL_TRY(bl_bwd_lists_launch(dm, d->causal, tiles, lists80, selecting, &ws, stream));
     const int carveout = bl_bwd_chain_carveout(selecting);
     p.dkv_part = ws.dkv_part;
@@ -511,9 +532,12 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // Version 10's DIRECT form is a candidate (bwd_params::dq_direct: its light row tiles write dq
     // itself) where TMA can describe dq. The device picks it or not (bl_bwd_dq_direct_chosen),
     // and the zeros with it: the schedule publishes the pick, the preprocess's zero CTAs read it.
+    // At head dim 64 (ws64p_direct) the persistent kernel's light tiles always go to dq, with no
+    // pick, a warp's 16 rows a copy (WS64P_DQ16_ROWS).
     p.dq_direct = !dq_rows_first && p.head_split == 1 && ws.dq_writers != NULL &&
+                  (d->head_dim == 128 || ws64p_direct) &&
                   bl_make_tensor_map(&p.tm_dq16, dq, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim,
-                                     BM, bf16);
+                                     d->head_dim == 64 ? WS64P_DQ16_ROWS : BM, bf16);
     BL_TRY(bl_bwd_schedule_launch(dm, d->causal, lists80, p.head_split, carveout,
                                   p.dq_direct != 0, &ws, stream));
     p.sched_rec_low = ws.sched_rec_low;
@@ -561,6 +585,8 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     } else {
         bl_status st;
         bool perm = false;
+        // the persistent head-dim-64 kernel's pick between its forms (bl_bwd_ws64p_dq16_chosen)
+        if (d->head_dim == 64 && p.dq_direct) p.totals = ws.totals;
         if (d->head_dim == 64)
             st = bf16 ? launch_main<__nv_bfloat16, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm)
                       : launch_main<__half, 64>(p, tma_rows, tma_kv, num_cols, stream, &perm);

@@ -190,6 +190,20 @@ __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long
         (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
     return 2 * totals[0] <= BL_DQ_DIRECT_MAX_ENTRIES_X2 * row_tiles;
 }
+// The persistent head-dim-64 kernel's form with light row tiles in 16-bit (bwd_params::dq_direct
+// at head dim 64, bwd_ws64p_sm90.cuh): where the call's 64-row entries average at most
+// BL_WS64P_DQ16_MAX_ENTRIES per row tile. That form's pair loop (two staging forms) ran 2-3 %
+// slower a pair than the plain one, which its saving (the dq conversion of light tiles, fewer
+// staging bytes) outweighs only on light calls: 16k x 16 x 64 spans -48 / -17 / -15 / -32 us at 0.8 /
+// 3 % kept and causal 0.8 / 3 %, level at 10 % (12.8 entries a tile), causal 10 % (6.4) -10, but
+// causal 25 % (16) +16 and a dense call +3 % (bench/results/bwd-s117-ws64p-dq16.txt).
+constexpr unsigned long long BL_WS64P_DQ16_MAX_ENTRIES = 8;
+__host__ __device__ inline bool bl_bwd_ws64p_dq16_chosen(const unsigned long long *totals,
+                                                         const bl_bwd_dims &dm) {
+    const unsigned long long row_tiles =
+        (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
+    return totals[0] <= BL_WS64P_DQ16_MAX_ENTRIES * row_tiles;
+}
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
 __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *totals,

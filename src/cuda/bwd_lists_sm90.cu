@@ -332,10 +332,10 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
     }
     const int ci = i < n ? counts[w0 + i] : 0;
     const int c80 = counts80 && i < n ? counts80[w0 + i] : 0;
-    if (counts80) {
-        // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full): a warp sum, one
-        // global atomic per warp; before the ranks, so that the preprocess's zero CTAs learn the
-        // pick early (zeros_pick).
+    if (counts80 || zeros_pick) {
+        // The call's entry totals (bl_bwd_rows80_chosen, bl_bwd_masked_full; at head dim 64
+        // bl_bwd_ws64p_dq16_chosen): a warp sum, one global atomic per warp; before the ranks, so
+        // that the preprocess's zero CTAs learn the pick early (zeros_pick).
         unsigned long long s[BL_BWD_TOTALS] = {0ull, 0ull, 0ull, 0ull};
         if (i < n && q == 0) {  // one lane a column
             s[0] = (unsigned long long)ci;
@@ -352,22 +352,24 @@ bl_bwd_schedule_window_kernel(bl_bwd_dims dm, int causal, const int *__restrict_
             for (int off = 16; off > 0; off >>= 1) s[t] += __shfl_xor_sync(0xffffffffu, s[t], off);
             if ((threadIdx.x & 31) == 0) atomicAdd(&totals[t], s[t]);
         }
-        if (zeros_pick != nullptr) {
-            // The last CTA to add its share reads the final totals and publishes the zeros the
-            // call needs (bl_bwd_zeros_chosen: the main kernels' own pick from the same totals).
-            __syncthreads();
-            if (threadIdx.x == 0) {
+    }
+    if (zeros_pick != nullptr) {
+        // The last CTA to add its share reads the final totals and publishes the zeros the call
+        // needs (bl_bwd_zeros_chosen: the main kernels' own pick from the same totals; a
+        // head-dim-64 call, without counts80, the persistent kernel's, bl_bwd_ws64p_dq16_chosen).
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            if (atomicAdd(&zeros_pick[0], 1) == (int)gridDim.x - 1) {
                 __threadfence();
-                if (atomicAdd(&zeros_pick[0], 1) == (int)gridDim.x - 1) {
-                    __threadfence();
-                    unsigned long long t[BL_BWD_TOTALS];
+                unsigned long long t[BL_BWD_TOTALS];
 #pragma unroll
-                    for (int k = 0; k < BL_BWD_TOTALS; ++k) t[k] = __ldcg(totals + k);
-                    const int kind = bl_bwd_zeros_chosen(t, dm, causal != 0);
-                    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(zeros_pick + 1),
-                                 "r"(kind)
-                                 : "memory");
-                }
+                for (int k = 0; k < BL_BWD_TOTALS; ++k) t[k] = __ldcg(totals + k);
+                const int kind = counts80 ? bl_bwd_zeros_chosen(t, dm, causal != 0)
+                                 : bl_bwd_ws64p_dq16_chosen(t, dm) ? BL_ZEROS_DQ16
+                                                                   : BL_ZEROS_ACCUM;
+                asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(zeros_pick + 1), "r"(kind)
+                             : "memory");
             }
         }
     }
@@ -480,8 +482,8 @@ bl_status bl_bwd_lists_launch(const bl_bwd_dims &dm, int causal, const uint8_t *
                             bl_bwd_chain_carveout(dependent), dm, causal, mask, per,
                             ws->counts, ws->lists, rows80 ? ws->counts80 : (int *)NULL,
                             rows80 ? ws->lists80 : (int *)NULL, ws->dq_writers,
-                            rows80 ? ws->totals : (unsigned long long *)NULL,
-                            rows80 ? ws->zeros_pick : (int *)NULL));
+                            rows80 || ws->dq_writers ? ws->totals : (unsigned long long *)NULL,
+                            rows80 || ws->dq_writers ? ws->zeros_pick : (int *)NULL));
     return BL_OK;
 }
 
@@ -539,8 +541,9 @@ static int sched_rank_split(const bl_bwd_dims &dm) {
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  int carveout, bool zeros_pick, bl_bwd_workspace *ws,
                                  cudaStream_t stream) {
-    // (the pick needs the totals, which only the window kernel sums: masked head-dim-128 calls)
-    if (zeros_pick && (!rows80 || dm.head_dim != 128))
+    // (the pick needs the totals, which only the window kernel sums: masked head-dim-128 calls;
+    // head dim 64 publishes a fixed one)
+    if (zeros_pick && (rows80 ? dm.head_dim != 128 : dm.head_dim != 64))
         return bl_set_error(BL_ERR_INTERNAL, "zeros pick without totals (head dim %lld)",
                             (long long)dm.head_dim);
     const int64_t cols = dm.batch * dm.heads_k * dm.tiles_n;  // < 2^31: bl_bwd_lists_launch

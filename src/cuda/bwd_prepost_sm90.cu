@@ -468,9 +468,9 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a)
 }
 
 // The same with zero CTAs beside the row CTAs (preprocess_zero_tiles; head dim 128: version
-// 10's DIRECT form), at the shipped form's 8 CTAs an SM (<= 32 registers): at 40 the row CTAs
+// 10's DIRECT form; head dim 64: the persistent kernel's light tiles, bwd_ws64p_sm90.cuh), at the shipped form's 8 CTAs an SM (<= 32 registers): at 40 the row CTAs
 // would run 6 an SM, fewer loads in flight in a bandwidth-bound kernel.
-template <typename T>
+template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS, PP_ZERO_MIN_CTAS)
 bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a,
                                pp_zero_args z) {
@@ -485,9 +485,9 @@ bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_a
     const unsigned zeros_before = blockIdx.x < (unsigned)z.first_rows ? 0u
                                   : min((unsigned)z.zero_blocks, (p + 1) / z.period);
     if (zero)
-        preprocess_zero_tiles<128>(dm, z, group);
+        preprocess_zero_tiles<D>(dm, z, group);
     else
-        preprocess_rows<T, 128>(dm, a, blockIdx.x - zeros_before, z.row_blocks);
+        preprocess_rows<T, D>(dm, a, blockIdx.x - zeros_before, z.row_blocks);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
@@ -631,8 +631,9 @@ bl_bwd_postprocess_tile_kernel(bl_bwd_dims dm, float scale, const float *__restr
 // 0) are zeros, not read; with dq_direct those of a light tile (bl_bwd_dq16_tile) are in dq
 // already and are skipped. The writers are read before this grid's wait for the main kernels
 // (final by then: bl_bwd_postprocess_picked_kernel), and a CTA with no row to write returns
-// without waiting; the others wait before reading the accumulator.
-template <typename T, int ROWS>
+// without waiting; the others wait before reading the accumulator. D: the head dim (the
+// persistent head-dim-64 kernel's light tiles, bl_bwd_postprocess_light_kernel, at 64).
+template <typename T, int ROWS, int D = PP80_D>
 __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, float scale,
                                                        const float *__restrict__ dq_accum,
                                                        const uint8_t *__restrict__ dq_writers,
@@ -642,7 +643,7 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
     const int64_t tiles = ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m;
     int64_t b, h, m;
     pp_block_coords(dm, tiles, blk, &b, &h, &m);
-    constexpr int TPR = PP80_D / PP_VEC;
+    constexpr int TPR = D / PP_VEC;
     constexpr int PART_ROWS = ROWS / PP_TILE_PARTS;
     static_assert(PART_ROWS * PP_TILE_PARTS == ROWS, "the block splits evenly");
     constexpr int PART_ITEMS = PART_ROWS * TPR;  // (row, 8-column part) pairs of the part
@@ -673,7 +674,7 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
         const int item = threadIdx.x + x * PP_THREADS;
         const int64_t i = row0 + item / TPR;
         const float4 *acc = reinterpret_cast<const float4 *>(
-            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * PP80_D + (item % TPR) * PP_VEC);
+            dq_accum + ((b * dm.seqlen_q + i) * dm.heads_q + h) * D + (item % TPR) * PP_VEC);
         a[x][0] = a[x][1] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (read[x]) a[x][0] = acc[0], a[x][1] = acc[1];
     }
@@ -761,6 +762,24 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     }
 }
 
+// The persistent head-dim-64 kernel's conversion on a call with its DQ16 form (bwd_params::
+// dq_direct; BL_DQ_ROWS_PERMUTED): a CTA per part of a 64-row tile; where the device picked that
+// form (bl_bwd_ws64p_dq16_chosen, from the totals, final before this grid launches) the light
+// tiles are in dq and their CTAs return before any wait (postprocess_rows_block). CTA 0 always
+// waits, so that the grid still completes after the main kernels.
+template <typename T>
+__global__ void __launch_bounds__(PP_THREADS)
+bl_bwd_postprocess_light_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
+                                const unsigned long long *__restrict__ totals,
+                                const uint8_t *__restrict__ dq_writers, uint16_t *__restrict__ dq,
+                                int64_t sb, int64_t ss, int64_t sh) {
+    if (blockIdx.x == 0) griddep_wait();
+    postprocess_rows_block<T, BL_BWD_TM, 64>(dm, scale, dq_accum, dq_writers,
+                                             bl_bwd_ws64p_dq16_chosen(totals, dm), dq, sb, ss, sh,
+                                             blockIdx.x / PP_TILE_PARTS,
+                                             (int)(blockIdx.x % PP_TILE_PARTS));
+}
+
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
                                   const float *lse, bl_dq_layout layout, int carveout,
@@ -772,8 +791,9 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
     pp_zero_args z = {};
     int64_t zero_blocks = 0;
     if (dq16_zeros) {
-        // (the DIRECT form is version 10's: head dim 128, dq writers counted)
-        if (D != 128 || ws->dq_writers == NULL || ws->zeros_pick == NULL)
+        // (version 10's DIRECT form at head dim 128, the persistent kernel's light tiles at 64:
+        // dq writers counted)
+        if ((D != 128 && D != 64) || ws->dq_writers == NULL || ws->zeros_pick == NULL)
             return bl_set_error(BL_ERR_INTERNAL, "dq16 zeros at head dim %d", D);
         z.tiles = dm.batch * dm.heads_q * dm.tiles_m;
         zero_blocks = (z.tiles + PP_ZERO_TILES - 1) / PP_ZERO_TILES;
@@ -797,7 +817,7 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
                             ws->unkept_rows, ws->dkv_done, dm.batch * dm.heads_k * dm.tiles_n};
     if (dq16_zeros) {
-        BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_zeros_kernel<T>,
+        BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_zeros_kernel<T, D>,
                                 dim3((unsigned)(blocks + zero_blocks)), dim3(PP_THREADS), 0, stream,
                                 /*dependent=*/true, carveout, dm, a, z));
         return BL_OK;
@@ -855,6 +875,18 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
         return BL_OK;
     }
     const bool cols_permuted = layout == BL_DQ_ROWS_PERMUTED;
+    if (dq_direct && D == 64) {
+        // the persistent kernel's light tiles are in dq (bwd_ws64p_sm90.cuh)
+        if (!cols_permuted || ws->dq_writers == NULL)
+            return bl_set_error(BL_ERR_INTERNAL, "light dq tiles without their writers");
+        BL_CUDA_CHECK(bl_launch(bl_bwd_postprocess_light_kernel<T>,
+                                dim3((unsigned)(r64_blocks * PP_TILE_PARTS)), dim3(PP_THREADS), 0,
+                                stream, true, dm, scale, (const float *)ws->dq_accum,
+                                (const unsigned long long *)ws->totals,
+                                (const uint8_t *)ws->dq_writers, (uint16_t *)dq.data, dq.stride_b,
+                                dq.stride_s, dq.stride_h));
+        return BL_OK;
+    }
     BL_CUDA_CHECK(bl_launch(bl_bwd_postprocess_kernel<T, D>, dim3((unsigned)blocks),
                             dim3(PP_THREADS), 0, stream, true, dm, scale,
                             (const float *)ws->dq_accum, cols_permuted, (uint16_t *)dq.data,

@@ -76,7 +76,16 @@ struct ws64p_bars {
 };
 static_assert(ws_bars::FULL == 0 && ws_bars::EMPTY == 16 && ws_bars::DQFULL == 32 &&
                   ws_bars::DQEMPTY == 48, "the rings of ws_bars first");
-static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= ws64p_bars::BYTES, "room for the mbarriers");
+// Light row tiles (bwd_params::dq_direct at head dim 64): per pair gq, in ring slot gq % 8 after
+// the mbarriers, two bits per entry s at 2s -- bit 0: its row tile is light (bl_bwd_dq16_tile:
+// its dQ goes to dq in 16-bit), bit 1: it is the tile's only entry (stored, not added). Written
+// by the producer before the pair's FULL arrive; read by the consumers when they stage the pair's
+// dQ and by the reducer after DQFULL (at most ~6 pairs apart: the rings of two between them).
+constexpr uint32_t WS64P_FLAGS = ws64p_bars::BYTES;  // from wg64p_smem::BARS
+constexpr int WS64P_FLAG_SLOTS = 8;
+constexpr uint32_t WS64P_DQ16_ROWS = DQ_BOX_ROWS;  // p.tm_dq16's box at head dim 64: a warp's rows
+static_assert(wg64p_smem::DQS - wg64p_smem::BARS >= WS64P_FLAGS + WS64P_FLAG_SLOTS * 4,
+              "room for the mbarriers and the flags");
 static_assert(wg64p_smem::DS_BUF == 2 * wg64p_smem::PANEL, "dK and dV fit one dS buffer");
 // K / V in a ring of two (the CTA's kc-th column with entries in buffer kc & 1), so that the
 // producer loads the next column's K / V a whole column ahead: buffer 0 is version 6's (L::K,
@@ -157,7 +166,68 @@ __device__ __forceinline__ void ws64p_store_zero_dkv(const bwd_params &p, const 
     }
 }
 
+// Light row tiles' dQ in 16-bit (the DQ16 form, bwd_params::dq_direct at head dim 64: picked on
+// the device for light masked calls, bl_bwd_ws64p_dq16_chosen): an entry whose row tile has at most BL_DQ16_MAX_WRITERS entries
+// (bwd_params::dq_writers) goes to dq itself -- stored where it is the tile's only entry, else
+// reduce-added in 16-bit onto the zeros the preprocess's zero CTAs wrote -- so that the tile skips
+// the fp32 accumulator and the dq conversion (bl_bwd_postprocess_launch leaves it alone). As in
+// version 10's DIRECT form, the consumers stage such an entry in 16-bit (half the bytes of the
+// fp32 staging) and the reducer's copies only change type: a reducer warp that converted the fp32
+// staging itself made the main kernel ~2x slower (bench/results/bwd-s117-ws64p-dq16.txt).
+// dq's error with 16 entries stays inside PyTorch's own bf16 backward's (BL_DQ16_MAX_WRITERS).
+// The pair's flags (WS64P_FLAGS) from its entries' row tiles.
+__device__ __forceinline__ unsigned ws64p_pair_flags(const bwd_params &p, int b,
+                                                     const wg64p_entry (&e)[2]) {
+    unsigned w[2];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {  // both loads first
+        const int64_t tile = ((int64_t)b * p.dm.heads_q + e[s].h) * p.dm.tiles_m + e[s].row0 / BM;
+        w[s] = e[s].live() ? bl_bwd_tile_writers(bl_bwd_tile_writer_runs(p.dq_writers, tile)) : 0u;
+    }
+    unsigned f = 0;
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+        if (e[s].live() && bl_bwd_dq16_tile(w[s])) f |= (w[s] == 1 ? 3u : 1u) << (2 * s);
+    return f;
+}
+// A warp's dQ block (fragment dq[32] as in dq_block_stage: rows lg / lg + 8, columns 8t + 2lt
+// (+1)) staged at sdq as dq * scale in T: 16 rows of 128 bytes, 128B-swizzled (the box of
+// p.tm_dq16 at head dim 64), by four stmatrix.x4 -- each two 8-column groups' 8 x 8 matrices,
+// upper and lower rows. The caller fences and syncs as after dq_block_stage<false>.
 template <typename T>
+__device__ __forceinline__ void ws64p_dq16_stage(uint32_t sdq, const float (&dq)[32], float scale) {
+    const int lane = threadIdx.x & 31;
+    const int j = lane >> 3, rr = lane & 7;  // this lane addresses row rr of matrix j
+    const int row = 8 * (j & 1) + rr;
+#pragma unroll
+    for (int t = 0; t < 8; t += 2) {
+        const int tt = t + (j >> 1);  // matrix j's 8-column group
+        bl_stmatrix_x4(sdq + (uint32_t)row * PANEL_ROW_BYTES + ((uint32_t)(tt ^ rr) << 4),
+                       bl_pack2<T>(dq[4 * t + 0] * scale, dq[4 * t + 1] * scale),
+                       bl_pack2<T>(dq[4 * t + 2] * scale, dq[4 * t + 3] * scale),
+                       bl_pack2<T>(dq[4 * t + 4] * scale, dq[4 * t + 5] * scale),
+                       bl_pack2<T>(dq[4 * t + 6] * scale, dq[4 * t + 7] * scale));
+    }
+}
+// A warp's 16-bit block at sblk to dq rows row.. (+16) of q head h, batch b, by one TMA copy from
+// the calling thread (rows past Sq are skipped): a store where `add` is false, else a 16-bit
+// reduce-add. Not committed. One code path, the copy chosen by a predicate (as ws_put_dq16).
+__device__ __forceinline__ void ws64p_put_dq16(const bwd_params &p, uint32_t sblk, int h, int row,
+                                               int b, bool add) {
+    asm volatile(
+        "{\n.reg .pred a;\nsetp.ne.u32 a, %5, 0;\n"
+        "@a cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+        " [%0, {%2, %3, %4, %6}], [%1];\n"
+        "@!a cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+        " [%0, {%2, %3, %4, %6}], [%1];\n}\n" ::"l"(&p.tm_dq16),
+        "r"(sblk), "r"(0), "r"(row), "r"(h), "r"((unsigned)add), "r"(b)
+        : "memory");
+}
+
+// DQ16: the form with light row tiles in 16-bit (above). A masked call with p.dq_direct launches
+// both forms, DQ16 first, with p.totals set, and the one bl_bwd_ws64p_dq16_chosen does not pick
+// returns at once (each is a plain launch: the totals are final before either starts).
+template <typename T, bool DQ16 = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;
     using L = wg64p_smem;
@@ -167,11 +237,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
     constexpr int WG_WARPS = WARPS / 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
+    if (p.totals != nullptr && DQ16 != bl_bwd_ws64p_dq16_chosen(p.totals, p.dm)) return;
     if (bl_smem_addr(smem_raw) % L::BASE_ALIGN != 0) __trap();  // (WS64P_SMEM_BYTES: no slack)
     unsigned char *smem_base = smem_raw;
     const uint32_t s0 = bl_smem_addr(smem_base);
     const uint32_t bars = s0 + L::BARS;
     const float *s_rows = reinterpret_cast<const float *>(smem_base + L::ROWS);
+    unsigned *s_flags = reinterpret_cast<unsigned *>(smem_base + L::BARS + WS64P_FLAGS);
     const bl_bwd_dims &dm = p.dm;
     const int cta_cols = ws64p_cta_columns((int)(dm.batch * dm.heads_k * dm.tiles_n));
 
@@ -226,6 +298,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                     const wg64p_entry e[2] = {
                         wg64p_decode(p, cl.g, cl.list[2 * it]),
                         wg64p_decode(p, cl.g, 2 * it + 1 < cl.count ? cl.list[2 * it + 1] : -1)};
+                    if (DQ16)  // (before the FULL arrive in wg64p_tma_pair publishes them)
+                        s_flags[gq % WS64P_FLAG_SLOTS] = ws64p_pair_flags(p, cl.b, e);
                     wg64p_tma_pair(p, s0, buf, cl.b, e);  // an empty slot's lse / Dlt: `empty1`
                     if (it == 0) load_next_kv();
                 }
@@ -255,7 +329,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                         const wg64p_entry mine = w == 0 ? e[0] : e[1];  // (no local-memory array)
                         mbarrier_wait(bars + ws_bars::DQFULL + 8 * w, (uint32_t)gq & 1u);
                         if (it == pairs - 2) mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * w);
-                        if (mine.live()) {
+                        // a light entry's blocks in 16-bit (WS64P_FLAGS; p.dq_direct)
+                        const unsigned fl = DQ16 ? s_flags[gq % WS64P_FLAG_SLOTS] >> (2 * w) : 0u;
+                        if (DQ16 && mine.live() && (fl & 1u)) {
+#pragma unroll 1
+                            for (int j = 0; j < WG_WARPS; ++j)
+                                ws64p_put_dq16(p, stage + (uint32_t)(WG_WARPS * w + j) * DQ_WARP_BYTES,
+                                               mine.h, mine.row0 + 16 * j, cl.b, !(fl & 2u));
+                            bulk_commit_group();
+                        } else if (mine.live()) {
 #pragma unroll 1
                             for (int j = 0; j < WG_WARPS; ++j)
                                 dq_block_reduce(p, stage + (uint32_t)(WG_WARPS * w + j) * DQ_WARP_BYTES,
@@ -462,7 +544,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                 if (it < pairs - 1) mbarrier_arrive(bars + ws64p_bars::DSEMPTY + 8 * (buf ^ 1));
                 // the reducer has read this warpgroup's staging of pair gq-3
                 mbarrier_wait(dqempty, ((uint32_t)(gq - 1) & 1u) ^ 1u);
-                dq_block_stage<false>(sdq, dq);
+                if (DQ16 && (s_flags[(gq - 1) % WS64P_FLAG_SLOTS] >> (2 * wg) & 1u))
+                    ws64p_dq16_stage<T>(sdq, dq, p.scale);  // a light tile's: 16-bit
+                else
+                    dq_block_stage<false>(sdq, dq);
                 bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
                 __syncwarp();
                 if (lane == 0) mbarrier_arrive(dqfull);
@@ -498,7 +583,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         mbarrier_wait(dqempty, ((uint32_t)last & 1u) ^ 1u);
         const uint32_t last_stage =
             pairs >= 2 ? s0 + L::DS + (uint32_t)((last - 1) & 1) * L::DS_BUF : s0 + L::DQS;
-        dq_block_stage(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq);
+        if (DQ16 && (s_flags[last % WS64P_FLAG_SLOTS] >> (2 * wg) & 1u)) {
+            ws64p_dq16_stage<T>(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq, p.scale);
+            bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
+            __syncwarp();
+        } else {
+            dq_block_stage(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq);
+        }
         if (lane == 0) mbarrier_arrive(dqfull);
         BL_TL64P(ct == 0, ws64p_position(k), 4);
         BL_TL64P(ct == 0, ws64p_position(k), 5);

@@ -424,12 +424,12 @@ def test_gpu_causal_version10_low_keeps(dtype, sq, sk, keep, diagonal):
     check_masked_backward(got, q, k, v, out, dout, True, mask)
 
 
-def light_and_heavy_rows_mask(heads, sq, sk, causal, generator):
-    """A (1, heads, Tm, Tn) tile mask whose row tiles keep 0, 1, 2, 5, 16 or 17 of the key tiles
-    the causal mask allows them (chosen at random), and every 16th row tile all of them."""
+def light_and_heavy_rows_mask(heads, sq, sk, causal, generator, counts=(0, 1, 2, 5, 16, 17)):
+    """A (1, heads, Tm, Tn) tile mask whose row tiles keep `counts` (in turn: by default 0, 1, 2,
+    5, 16 or 17) of the key tiles the causal mask allows them (chosen at random), and every 16th
+    row tile all of them."""
     tm, tn = back_lite.num_tiles(sq, sk, DEV)
     bm, bn = tile()
-    counts = (0, 1, 2, 5, 16, 17)
     mask = torch.zeros(1, heads, tm, tn, dtype=torch.bool)
     for h in range(heads):
         for m in range(tm):
@@ -468,6 +468,40 @@ def test_gpu_direct_and_other_picks_in_turn():
     out, lse, _ = back_lite.forward(q, k, v)
     tm, tn = back_lite.num_tiles(2048, 4096, DEV)
     gen = torch.Generator(device=DEV).manual_seed(4)
+    for keep in (0.03, 0.7, 0.03, 0.7):
+        mask = torch.rand(1, 4, tm, tn, device=DEV, generator=gen) < keep
+        got = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
+        check_masked_backward(got, q, k, v, out, dout, False, mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_ws64p_light_and_heavy_row_tiles(dtype, causal):
+    """The persistent head-dim-64 kernel's DQ16 form (masked calls averaging at most 8 entries a
+    row tile, bl_bwd_ws64p_dq16_chosen): its consumers stage a light row tile's dQ (at most 16
+    entries) in 16-bit and the reducer stores it to dq (a tile's only entry) or adds it onto the
+    preprocess's zeros, while heavier tiles add into the fp32 accumulator, which the postprocess
+    converts. One call with tiles of 0, 1, 2, 16, 17 and all 32 entries; Sq ends inside its last
+    row tile."""
+    q, k, v = random_qkv(1, 4000, 4096, 4, 4, 64, dtype, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(dtype)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    mask = light_and_heavy_rows_mask(4, 4000, 4096, causal, torch.Generator().manual_seed(5),
+                                     counts=(0, 1, 2, 16, 1, 17))
+    assert mask.sum(-1).float().mean() <= 8  # the DQ16 form's gate
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+
+
+def test_gpu_ws64p_dq16_and_plain_forms_in_turn():
+    """The head-dim-64 calls that pick the persistent kernel's DQ16 form (3 % kept) and its plain
+    form (70 %) in turn, in one workspace, each against the reference: the zero CTAs' pick and
+    the postprocess's follow each call's own totals."""
+    q, k, v = random_qkv(1, 2048, 4096, 4, 4, 64, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v)
+    tm, tn = back_lite.num_tiles(2048, 4096, DEV)
+    gen = torch.Generator(device=DEV).manual_seed(6)
     for keep in (0.03, 0.7, 0.03, 0.7):
         mask = torch.rand(1, 4, tm, tn, device=DEV, generator=gen) < keep
         got = back_lite.backward(dout, q, k, v, out, lse, mask=mask)
