@@ -167,14 +167,15 @@ __device__ __forceinline__ void ws64p_store_zero_dkv(const bwd_params &p, const 
 }
 
 // Light row tiles' dQ in 16-bit (the DQ16 form, bwd_params::dq_direct at head dim 64: picked on
-// the device for light masked calls, bl_bwd_ws64p_dq16_chosen): an entry whose row tile has at most BL_DQ16_MAX_WRITERS entries
-// (bwd_params::dq_writers) goes to dq itself -- stored where it is the tile's only entry, else
-// reduce-added in 16-bit onto the zeros the preprocess's zero CTAs wrote -- so that the tile skips
-// the fp32 accumulator and the dq conversion (bl_bwd_postprocess_launch leaves it alone). As in
-// version 10's DIRECT form, the consumers stage such an entry in 16-bit (half the bytes of the
-// fp32 staging) and the reducer's copies only change type: a reducer warp that converted the fp32
-// staging itself made the main kernel ~2x slower (bench/results/bwd-s117-ws64p-dq16.txt).
-// dq's error with 16 entries stays inside PyTorch's own bf16 backward's (BL_DQ16_MAX_WRITERS).
+// the device for light masked calls, bl_bwd_ws64p_dq16_chosen). An entry whose row tile has at
+// most BL_DQ16_MAX_WRITERS entries (bwd_params::dq_writers) goes to dq itself -- stored where it
+// is the tile's only entry, else reduce-added in 16-bit onto the zeros the preprocess's zero CTAs
+// wrote -- so that the tile skips the fp32 accumulator and the dq conversion
+// (bl_bwd_postprocess_launch leaves it alone). As in version 10's DIRECT form, the consumers stage
+// such an entry in 16-bit (half the bytes of the fp32 staging) and the reducer's copies only
+// change type: a reducer warp that converted the fp32 staging itself made the main kernel ~2x
+// slower (bench/results/bwd-s117-ws64p-dq16.txt). dq's error with 16 entries stays inside
+// PyTorch's own bf16 backward's (BL_DQ16_MAX_WRITERS).
 // The pair's flags (WS64P_FLAGS) from its entries' row tiles.
 __device__ __forceinline__ unsigned ws64p_pair_flags(const bwd_params &p, int b,
                                                      const wg64p_entry (&e)[2]) {
