@@ -532,8 +532,9 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // Version 10's DIRECT form is a candidate (bwd_params::dq_direct: its light row tiles write dq
     // itself) where TMA can describe dq. The device picks it or not (bl_bwd_dq_direct_chosen),
     // and the zeros with it: the schedule publishes the pick, the preprocess's zero CTAs read it.
-    // At head dim 64 (ws64p_direct) the persistent kernel's light tiles always go to dq, with no
-    // pick, a warp's 16 rows a copy (WS64P_DQ16_ROWS).
+    // At head dim 64 (ws64p_direct) the same for the persistent kernel's DQ16 form, which the
+    // device picks from the call's totals (bl_bwd_ws64p_dq16_chosen), a warp's 16 rows a copy
+    // (WS64P_DQ16_ROWS).
     p.dq_direct = !dq_rows_first && p.head_split == 1 && ws.dq_writers != NULL &&
                   (d->head_dim == 128 || ws64p_direct) &&
                   bl_make_tensor_map(&p.tm_dq16, dq, dm.batch, dm.seqlen_q, dm.heads_q, d->head_dim,

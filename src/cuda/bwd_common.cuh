@@ -192,11 +192,12 @@ __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long
 }
 // The persistent head-dim-64 kernel's form with light row tiles in 16-bit (bwd_params::dq_direct
 // at head dim 64, bwd_ws64p_sm90.cuh): where the call's 64-row entries average at most
-// BL_WS64P_DQ16_MAX_ENTRIES per row tile. That form's pair loop (two staging forms) ran 2-3 %
-// slower a pair than the plain one, which its saving (the dq conversion of light tiles, fewer
-// staging bytes) outweighs only on light calls: 16k x 16 x 64 spans -48 / -17 / -15 / -32 us at 0.8 /
-// 3 % kept and causal 0.8 / 3 %, level at 10 % (12.8 entries a tile), causal 10 % (6.4) -10, but
-// causal 25 % (16) +16 and a dense call +3 % (bench/results/bwd-s117-ws64p-dq16.txt).
+// BL_WS64P_DQ16_MAX_ENTRIES per row tile. That form's pair loop (two staging forms) runs 2-3 %
+// slower a pair than the plain one (causal 25 % kept +16 us as the only form), which its saving
+// (the light tiles' dq conversion, half the staging bytes) outweighs on light calls: on an H100,
+// 16k x 16 x 64 spans -42 / -10 us at 0.8 / 3 % kept, causal -11 / -23, 4 x 4k x 16 causal 3 /
+// 10 % -11 / -19, causal 10 % (6.4 entries a tile) level; calls past the gate pay the returning
+// launch, +2..+8 us (bench/results/bwd-s117-ws64p-dq16.txt, calls 7 and 8).
 constexpr unsigned long long BL_WS64P_DQ16_MAX_ENTRIES = 8;
 __host__ __device__ inline bool bl_bwd_ws64p_dq16_chosen(const unsigned long long *totals,
                                                          const bl_bwd_dims &dm) {

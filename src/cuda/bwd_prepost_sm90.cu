@@ -468,8 +468,9 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a)
 }
 
 // The same with zero CTAs beside the row CTAs (preprocess_zero_tiles; head dim 128: version
-// 10's DIRECT form; head dim 64: the persistent kernel's light tiles, bwd_ws64p_sm90.cuh), at the shipped form's 8 CTAs an SM (<= 32 registers): at 40 the row CTAs
-// would run 6 an SM, fewer loads in flight in a bandwidth-bound kernel.
+// 10's DIRECT form; head dim 64: the persistent kernel's DQ16 form, bwd_ws64p_sm90.cuh), at the
+// shipped form's 8 CTAs an SM (<= 32 registers): at 40 the row CTAs would run 6 an SM, fewer
+// loads in flight in a bandwidth-bound kernel.
 template <typename T, int D>
 __global__ void __launch_bounds__(PP_THREADS, PP_ZERO_MIN_CTAS)
 bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a,
