@@ -85,6 +85,16 @@ struct bl_bwd_workspace {
     int *zeros_pick;
 };
 
+// Whether the call's list entries (totals[0]: 64-row entries) average at most `limit` per 64-row
+// row tile (B x Hq x Tm of them), in integers.
+__host__ __device__ inline bool bl_bwd_mean_entries_at_most(const unsigned long long *totals,
+                                                           const bl_bwd_dims &dm,
+                                                           unsigned long long limit) {
+    const unsigned long long row_tiles =
+        (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
+    return totals[0] <= limit * row_tiles;
+}
+
 // Relative cost of one 80-row entry against one 64-row entry of the head-dim-128 kernels: 1.25x
 // the rows at ~7 % less per row (dense 16k / 32k, bench/results/bwd-s14-rows80.txt) -> 75 / 64.
 // A masked call takes the 80-row kernel where its entries cost less in all. Packed entries
@@ -201,9 +211,7 @@ __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long
 constexpr unsigned long long BL_WS64P_DQ16_MAX_ENTRIES = 8;
 __host__ __device__ inline bool bl_bwd_ws64p_dq16_chosen(const unsigned long long *totals,
                                                          const bl_bwd_dims &dm) {
-    const unsigned long long row_tiles =
-        (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
-    return totals[0] <= BL_WS64P_DQ16_MAX_ENTRIES * row_tiles;
+    return bl_bwd_mean_entries_at_most(totals, dm, BL_WS64P_DQ16_MAX_ENTRIES);
 }
 // Whether a masked head-dim-128 call runs on 80-row entries (the dense kernel where the mask is
 // full, else the masked one) rather than on version 10's 64-row ones.
@@ -371,9 +379,7 @@ bl_status bl_bwd_schedule_window(const bl_bwd_dims &dm, bool causal, int split, 
 constexpr unsigned long long BL_SCHED_LOW_MAX_ENTRIES = 7;
 __host__ __device__ inline bool bl_bwd_low_keep(const unsigned long long *totals,
                                                 const bl_bwd_dims &dm) {
-    const unsigned long long row_tiles =
-        (unsigned long long)(dm.batch * dm.heads_q * dm.tiles_m);
-    return totals[0] <= BL_SCHED_LOW_MAX_ENTRIES * row_tiles;
+    return bl_bwd_mean_entries_at_most(totals, dm, BL_SCHED_LOW_MAX_ENTRIES);
 }
 
 // How the main kernel laid out the fp32 dq accumulator.
