@@ -541,8 +541,8 @@ static int sched_rank_split(const bl_bwd_dims &dm) {
 bl_status bl_bwd_schedule_launch(const bl_bwd_dims &dm, int causal, bool rows80, int split,
                                  int carveout, bool zeros_pick, bl_bwd_workspace *ws,
                                  cudaStream_t stream) {
-    // (the pick needs the totals, which only the window kernel sums: masked head-dim-128 calls;
-    // head dim 64 publishes a fixed one)
+    // (the pick needs the totals, which only the window kernel sums: masked head-dim-128 calls,
+    // and at head dim 64 the persistent kernel's DQ16 candidates, which it sums them for)
     if (zeros_pick && (rows80 ? dm.head_dim != 128 : dm.head_dim != 64))
         return bl_set_error(BL_ERR_INTERNAL, "zeros pick without totals (head dim %lld)",
                             (long long)dm.head_dim);
