@@ -107,20 +107,23 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             BL_TRY(bl_sm_count(&sms));
             const int64_t cap = BL_BWD_WS64P_MAX_CTAS > 0 ? BL_BWD_WS64P_MAX_CTAS : sms;
             const int64_t grid = num_cols < cap ? num_cols : cap;
-            // With p.dq_direct (a masked call) the DQ16 form first; the device picks one of the
-            // two (p.totals), the other returns at once.
+            // With p.dq_direct (a masked call) the DQ16 form first, the preprocess's programmatic
+            // dependent, and the plain form its own; the device picks one of the two (p.totals),
+            // the other returns at once (bwd_ws64p_kernel).
             if (p.dq_direct) {
                 BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T, true>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)WS64P_SMEM_BYTES));
-                bwd_ws64p_kernel<T, true><<<(unsigned)grid, WS_THREADS, WS64P_SMEM_BYTES, stream>>>(p);
-                BL_CUDA_CHECK_LAUNCH("bwd_ws64p_kernel<DQ16>");
+                BL_CUDA_CHECK(bl_launch(bwd_ws64p_kernel<T, true>, dim3((unsigned)grid),
+                                        dim3(WS_THREADS), WS64P_SMEM_BYTES, stream,
+                                        /*dependent=*/true, p));
             }
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)WS64P_SMEM_BYTES));
-            bwd_ws64p_kernel<T><<<(unsigned)grid, WS_THREADS, WS64P_SMEM_BYTES, stream>>>(p);
-            BL_CUDA_CHECK_LAUNCH("bwd_ws64p_kernel");
+            // (a programmatic dependent of the DQ16 form where there is one)
+            BL_CUDA_CHECK(bl_launch(bwd_ws64p_kernel<T>, dim3((unsigned)grid), dim3(WS_THREADS),
+                                    WS64P_SMEM_BYTES, stream, p.dq_direct != 0, p));
             *dq_cols_permuted = true;
             return BL_OK;
         }

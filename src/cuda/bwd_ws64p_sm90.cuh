@@ -227,7 +227,9 @@ __device__ __forceinline__ void ws64p_put_dq16(const bwd_params &p, uint32_t sbl
 
 // DQ16: the form with light row tiles in 16-bit (above). A masked call with p.dq_direct launches
 // both forms, DQ16 first, with p.totals set, and the one bl_bwd_ws64p_dq16_chosen does not pick
-// returns at once (each is a plain launch: the totals are final before either starts).
+// returns at once: a chain of programmatic dependents (below), which took 11-17 us off calls that
+// pick the DQ16 form and put 3-10 us on those that pick the plain one (bench/results/
+// bwd-s118-ws64p-pdl.txt).
 template <typename T, bool DQ16 = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;
@@ -238,7 +240,22 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     constexpr int KSTEPS_Q = PAIR_ROWS / 16;  // dV / dK steps over the pair's queries: 8
     constexpr int WG_WARPS = WARPS / 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    if (p.totals != nullptr && DQ16 != bl_bwd_ws64p_dq16_chosen(p.totals, p.dm)) return;
+    if (p.totals != nullptr) {
+        // As version 10's two forms (bwd_ws128_sm90.cuh): the DQ16 form is the preprocess's
+        // programmatic dependent and the plain form its own, so that the second's launch overlaps
+        // the first's run. The DQ16 form lets its dependents launch once its wait has made the
+        // totals final, the plain form at once; the one the totals do not pick returns, the plain
+        // form's CTA 0 only once the DQ16 form has completed (so the plain grid, which the
+        // conversion waits for, completes after both); a picked plain form waits for the DQ16
+        // form's (returning) grid before it starts. (A picked form launched behind the other one
+        // ran 3-10 us slower than behind the preprocess, in either order; not understood.)
+        if (DQ16) griddep_wait();
+        griddep_launch_dependents();
+        const bool picked = DQ16 == bl_bwd_ws64p_dq16_chosen(p.totals, p.dm);
+        if (!picked && (DQ16 || blockIdx.x != 0)) return;
+        if (!DQ16) griddep_wait();
+        if (!picked) return;
+    }
     if (bl_smem_addr(smem_raw) % L::BASE_ALIGN != 0) __trap();  // (WS64P_SMEM_BYTES: no slack)
     unsigned char *smem_base = smem_raw;
     const uint32_t s0 = bl_smem_addr(smem_base);
