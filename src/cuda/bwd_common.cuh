@@ -207,7 +207,10 @@ __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long
 // (the light tiles' dq conversion, half the staging bytes) outweighs on light calls: on an H100,
 // 16k x 16 x 64 spans -42 / -10 us at 0.8 / 3 % kept, causal -11 / -23, 4 x 4k x 16 causal 3 /
 // 10 % -11 / -19, causal 10 % (6.4 entries a tile) level; calls past the gate pay the returning
-// launch, +2..+8 us (bench/results/bwd-s117-ws64p-dq16.txt, calls 7 and 8).
+// launch, +2..+8 us (bench/results/bwd-s117-ws64p-dq16.txt, calls 7 and 8). With the two forms
+// chained since (bwd_ws64p_kernel: light calls -11..-17 us more, the others +3..+10) the
+// break-even is higher: at 12.8 entries the DQ16 form was 20 us faster, at 16 level
+// (bench/results/bwd-s118-ws64p-pdl.txt call 5; dev/cuda/wip/bwd-ws64p-dq16-gate16.patch).
 constexpr unsigned long long BL_WS64P_DQ16_MAX_ENTRIES = 8;
 __host__ __device__ inline bool bl_bwd_ws64p_dq16_chosen(const unsigned long long *totals,
                                                          const bl_bwd_dims &dm) {
