@@ -247,8 +247,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         // totals final, the plain form at once; the one the totals do not pick returns, the plain
         // form's CTA 0 only once the DQ16 form has completed (so the plain grid, which the
         // conversion waits for, completes after both); a picked plain form waits for the DQ16
-        // form's (returning) grid before it starts. (A picked form launched behind the other one
-        // ran 3-10 us slower than behind the preprocess, in either order; not understood.)
+        // form's (returning) grid before it starts. (A picked form's kernel launched behind the
+        // other one ran 8-12 us longer than behind the preprocess, in either order; not
+        // understood: bench/results/bwd-s118-ws64p-pdl.txt.)
         if (DQ16) griddep_wait();
         griddep_launch_dependents();
         const bool picked = DQ16 == bl_bwd_ws64p_dq16_chosen(p.totals, p.dm);
