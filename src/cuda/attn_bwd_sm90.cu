@@ -111,6 +111,10 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             // dependent, and the plain form its own; the device picks one of the two (p.totals),
             // the other returns at once (bwd_ws64p_kernel).
             if (p.dq_direct) {
+                // (the DQ16 form runs only where the totals pick it: without them both would run)
+                if (p.totals == nullptr)
+                    return bl_set_error(BL_ERR_INTERNAL,
+                                        "bl_cuda_backward: head-dim-64 DQ16 form without totals");
                 BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T, true>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)WS64P_SMEM_BYTES));
@@ -121,9 +125,10 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)WS64P_SMEM_BYTES));
-            // (a programmatic dependent of the DQ16 form where there is one)
+            // (a programmatic dependent of the DQ16 form where there is one, else of the
+            // preprocess; it waits exactly where p.totals is set, as version 10's forms)
             BL_CUDA_CHECK(bl_launch(bwd_ws64p_kernel<T>, dim3((unsigned)grid), dim3(WS_THREADS),
-                                    WS64P_SMEM_BYTES, stream, p.dq_direct != 0, p));
+                                    WS64P_SMEM_BYTES, stream, p.totals != nullptr, p));
             *dq_cols_permuted = true;
             return BL_OK;
         }

@@ -210,8 +210,9 @@ __host__ __device__ inline bool bl_bwd_dq_direct_chosen(const unsigned long long
 // launch, +2..+8 us (bench/results/bwd-s117-ws64p-dq16.txt, calls 7 and 8). With the two forms
 // chained since (bwd_ws64p_kernel: light calls -11..-17 us more, the others +3..+10) the
 // break-even is higher: at 12.8 entries the DQ16 form was 20 us faster, at 16 level
-// (bench/results/bwd-s118-ws64p-pdl.txt call 5; dev/cuda/wip/bwd-ws64p-dq16-gate16.patch).
-constexpr unsigned long long BL_WS64P_DQ16_MAX_ENTRIES = 8;
+// (bench/results/bwd-s118-ws64p-pdl.txt call 5), so the gate moved 8 -> 16 (hundred-and-
+// nineteenth session, bench/results/bwd-s119-gate16-spacer.txt: 16k 10 % kept 663 -> 648 us).
+constexpr unsigned long long BL_WS64P_DQ16_MAX_ENTRIES = 16;
 __host__ __device__ inline bool bl_bwd_ws64p_dq16_chosen(const unsigned long long *totals,
                                                          const bl_bwd_dims &dm) {
     return bl_bwd_mean_entries_at_most(totals, dm, BL_WS64P_DQ16_MAX_ENTRIES);
