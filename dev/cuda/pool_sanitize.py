@@ -53,6 +53,8 @@ CASES = [
     # head dim 64 keeping half of 41 key tiles: ~20 entries a row tile, past the DQ16 form's gate
     # (bl_bwd_ws64p_dq16_chosen), so that its plain form is the one picked
     (1, 256, 5200, 4, 4, 64, False, "mask:0.5"),
+    # the same at head dim 128: version 10's plain form picked behind its (returning) DIRECT form
+    (1, 256, 5200, 4, 4, 128, False, "mask:0.5"),
 ]
 
 
@@ -90,17 +92,23 @@ def main() -> int:
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
     # the deterministic form's dq is the same bits whatever the workspace; the fastest form's
-    # is summed in completion order
-    dq_tol = 0.0 if args.deterministic else 1e-2
+    # is summed in completion order, and its light row tiles (version 10's DIRECT form, the
+    # head-dim-64 DQ16 form: up to 16 entries) in 16-bit, each reduce-add rounding, so two runs
+    # differ by a few bf16 ulps (2^-7 of a value at most): up to 4 of the largest value's pass
+    # (the DQ16 gate at 16 put 1.5 ulps on pool_sanitize case 9 under racecheck, the s119
+    # session); a workspace fault shows as errors the size of the values
+    dq_tol = 0.0 if args.deterministic else 4 * 2.0**-7
     bad = 0
     for case in cases:
         pooled, plain = call(case, True), call(case, False)
         same_kv = torch.equal(pooled[1], plain[1]) and torch.equal(pooled[2], plain[2])
         dq_err = (pooled[0].float() - plain[0].float()).abs().max().item()
-        ok = same_kv and dq_err <= dq_tol * max(plain[0].float().abs().max().item(), 1e-6)
+        dq_max = plain[0].float().abs().max().item()
+        ok = same_kv and dq_err <= dq_tol * max(dq_max, 1e-6)
         bad += not ok
         verdict = "PASS" if ok else "FAIL"
-        print(f"{case}: dK/dV identical {same_kv}, dq max diff {dq_err:.3g} -> {verdict}")
+        print(f"{case}: dK/dV identical {same_kv}, dq max diff {dq_err:.3g} (max |dq| "
+              f"{dq_max:.3g}) -> {verdict}")
     print(f"pool_sanitize: {bad} failed")
     return 1 if bad else 0
 

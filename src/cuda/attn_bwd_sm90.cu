@@ -79,6 +79,25 @@ static int g_variant = BL_BWD_VARIANT_WGMMA;
 // added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
 // postprocess undoes; the others add with atomics in the natural order. without_dq: the dq-rows
 // kernel computes dQ (version 10 runs without it; only with tma_rows and tma_kv at head dim 128).
+// The one-CTA link between the persistent head-dim-64 kernel's two chained forms (DQ16 first,
+// the plain one behind it): the DQ16 form's programmatic dependent, it lets the plain form launch
+// at once and completes only once the DQ16 form has, so that the plain form's wait still orders
+// it after the DQ16 form. Why: a picked plain form launched straight behind the DQ16 form's
+// (returning) grid ran 6-8 us longer (not understood); behind the link a 16k x 16 x 64 call
+// picking it is 4-10 us shorter and one picking the DQ16 form level. Version 10's two forms at
+// head dim 128 measured level with it (non-causal 25 / 3 % kept) and do without.
+// (bench/results/bwd-s119-gate16-spacer.txt)
+constexpr int CHAIN_LINK_THREADS = 32;
+__global__ void __launch_bounds__(CHAIN_LINK_THREADS) bl_bwd_chain_link_kernel() {
+    griddep_launch_dependents();
+    griddep_wait();
+}
+static bl_status launch_chain_link(cudaStream_t stream) {
+    BL_CUDA_CHECK(bl_launch(bl_bwd_chain_link_kernel, dim3(1), dim3(CHAIN_LINK_THREADS), 0, stream,
+                            /*dependent=*/true));
+    return BL_OK;
+}
+
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t num_cols,
                       cudaStream_t stream, bool *dq_cols_permuted, bool without_dq = false) {
@@ -121,12 +140,13 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
                 BL_CUDA_CHECK(bl_launch(bwd_ws64p_kernel<T, true>, dim3((unsigned)grid),
                                         dim3(WS_THREADS), WS64P_SMEM_BYTES, stream,
                                         /*dependent=*/true, p));
+                BL_TRY(launch_chain_link(stream));
             }
             BL_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws64p_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)WS64P_SMEM_BYTES));
-            // (a programmatic dependent of the DQ16 form where there is one, else of the
-            // preprocess; it waits exactly where p.totals is set, as version 10's forms)
+            // (a programmatic dependent of the link behind the DQ16 form where there is one, else
+            // of the preprocess; it waits exactly where p.totals is set, as version 10's forms)
             BL_CUDA_CHECK(bl_launch(bwd_ws64p_kernel<T>, dim3((unsigned)grid), dim3(WS_THREADS),
                                     WS64P_SMEM_BYTES, stream, p.totals != nullptr, p));
             *dq_cols_permuted = true;

@@ -242,14 +242,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
     extern __shared__ __align__(16) unsigned char smem_raw[];
     if (p.totals != nullptr) {
         // As version 10's two forms (bwd_ws128_sm90.cuh): the DQ16 form is the preprocess's
-        // programmatic dependent and the plain form its own, so that the second's launch overlaps
-        // the first's run. The DQ16 form lets its dependents launch once its wait has made the
-        // totals final, the plain form at once; the one the totals do not pick returns, the plain
-        // form's CTA 0 only once the DQ16 form has completed (so the plain grid, which the
-        // conversion waits for, completes after both); a picked plain form waits for the DQ16
-        // form's (returning) grid before it starts. (A picked form's kernel launched behind the
+        // programmatic dependent and the plain form that of a one-CTA link behind it
+        // (launch_chain_link, which completes after the DQ16 form), so that the second's launch
+        // overlaps the first's run. The DQ16 form lets its dependents launch once its wait has
+        // made the totals final, the plain form at once; the one the totals do not pick returns,
+        // the plain form's CTA 0 only once the link (so the DQ16 form) has completed (so the
+        // plain grid, which the conversion waits for, completes after both); a picked plain form
+        // waits for it before it starts. (A picked form's kernel launched straight behind the
         // other one ran 8-12 us longer than behind the preprocess, in either order; not
-        // understood: bench/results/bwd-s118-ws64p-pdl.txt.)
+        // understood: bench/results/bwd-s118-ws64p-pdl.txt. The link took most of it back:
+        // bwd-s119-gate16-spacer.txt.)
         if (DQ16) griddep_wait();
         griddep_launch_dependents();
         const bool picked = DQ16 == bl_bwd_ws64p_dq16_chosen(p.totals, p.dm);
