@@ -94,9 +94,9 @@ def main() -> int:
     # the deterministic form's dq is the same bits whatever the workspace; the fastest form's
     # is summed in completion order, and its light row tiles (version 10's DIRECT form, the
     # head-dim-64 DQ16 form: up to 16 entries) in 16-bit, each reduce-add rounding, so two runs
-    # differ by a few bf16 ulps (2^-7 of a value at most): up to 4 of the largest value's pass
-    # (the DQ16 gate at 16 put 1.5 ulps on pool_sanitize case 9 under racecheck, the s119
-    # session); a workspace fault shows as errors the size of the values
+    # differ by a few bf16 ulps (one is at most 2^-7 of the value): a difference of up to 4 ulps
+    # of the largest |dq| passes (case 9 differed by 1.5 under racecheck in the
+    # hundred-and-nineteenth session); a workspace fault shows as errors the size of the values
     dq_tol = 0.0 if args.deterministic else 4 * 2.0**-7
     bad = 0
     for case in cases:

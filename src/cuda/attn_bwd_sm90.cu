@@ -127,8 +127,9 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             const int64_t cap = BL_BWD_WS64P_MAX_CTAS > 0 ? BL_BWD_WS64P_MAX_CTAS : sms;
             const int64_t grid = num_cols < cap ? num_cols : cap;
             // With p.dq_direct (a masked call) the DQ16 form first, the preprocess's programmatic
-            // dependent, and the plain form its own; the device picks one of the two (p.totals),
-            // the other returns at once (bwd_ws64p_kernel).
+            // dependent, then the link (launch_chain_link) and the plain form, each the dependent
+            // of the one before; the device picks one form (p.totals), the other returns at once
+            // (bwd_ws64p_kernel).
             if (p.dq_direct) {
                 // (the DQ16 form runs only where the totals pick it: without them both would run)
                 if (p.totals == nullptr)
