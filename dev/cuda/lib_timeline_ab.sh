@@ -60,9 +60,5 @@ for cfg in "${configs[@]}"; do
     done
 done > "$OUT/timelines.txt"
 # Summary: per build, round and keep, the span and each kernel's median duration (us).
-awk '/^== [A-Za-z0-9_]+ round/ {lib = $2; rnd = $4; shape = $6 ($7 == "--causal" ? " causal" : "")}
-     /^== keep/ {printf "\n%-4s r%s %-22s keep %-9s", lib, rnd, shape, $3}
-     /^  [a-z_: ]*[a-zA-Z]/ && / us  gap/ {printf " %s", $(NF-7)}
-     /span median/ {printf " | span %s", $3}
-     END {print ""}' "$OUT/timelines.txt" | tee "$OUT/timelines-summary.txt"
+bash dev/cuda/timeline_summary.sh "$OUT/timelines.txt" | tee "$OUT/timelines-summary.txt"
 python3 dev/cuda/timeline_offsets.py "$OUT/timelines.txt" > "$OUT/timelines-offsets.txt"
