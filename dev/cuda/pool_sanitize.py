@@ -53,7 +53,8 @@ CASES = [
     # head dim 64 keeping half of 41 key tiles: ~20 entries a row tile, past the DQ16 form's gate
     # (bl_bwd_ws64p_dq16_chosen), so that its plain form is the one picked
     (1, 256, 5200, 4, 4, 64, False, "mask:0.5"),
-    # the same at head dim 128: version 10's plain form picked behind its (returning) DIRECT form
+    # the same at head dim 128: past version 10's DIRECT gate, so that the kernel picked (its
+    # plain form or an 80-row one) runs behind returning grids
     (1, 256, 5200, 4, 4, 128, False, "mask:0.5"),
 ]
 

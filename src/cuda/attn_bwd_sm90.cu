@@ -85,7 +85,8 @@ static int g_variant = BL_BWD_VARIANT_WGMMA;
 // it after the DQ16 form. Why: a picked plain form launched straight behind the DQ16 form's
 // (returning) grid ran 6-8 us longer (not understood); behind the link a 16k x 16 x 64 call
 // picking it is 4-10 us shorter and one picking the DQ16 form level. Version 10's two forms at
-// head dim 128 measured level with it (non-causal 25 / 3 % kept) and do without.
+// head dim 128 measured level with it (non-causal 25 / 3 % kept, where the 80-row or the DIRECT
+// form ran: in front of no picked kernel) and do without for now.
 // (bench/results/bwd-s119-gate16-spacer.txt)
 constexpr int CHAIN_LINK_THREADS = 32;
 __global__ void __launch_bounds__(CHAIN_LINK_THREADS) bl_bwd_chain_link_kernel() {
