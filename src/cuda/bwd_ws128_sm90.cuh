@@ -306,19 +306,24 @@ __device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N
 // bench/results/bwd-s97-dq16-probe-compile.txt).
 constexpr uint32_t WS_DQ16_PANEL_BYTES = BM * PANEL_ROW_BYTES;
 static_assert(2 * WS_DQ16_PANEL_BYTES <= WARPS * DQ_WARP_BYTES, "inside one staging buffer");
+// One box of p.tm_dq16 from shared memory at sbuf to dq at (column col, row, q head h, batch b):
+// a store where `add` is false, else a 16-bit reduce-add. Not committed.
+__device__ __forceinline__ void dq16_box_copy(const bwd_params &p, uint32_t sbuf, int col,
+                                              int row, int h, int b, bool add) {
+    asm volatile(
+        "{\n.reg .pred a;\nsetp.ne.u32 a, %6, 0;\n"
+        "@a cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+        " [%0, {%2, %3, %4, %5}], [%1];\n"
+        "@!a cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+        " [%0, {%2, %3, %4, %5}], [%1];\n}\n" ::"l"(&p.tm_dq16),
+        "r"(sbuf), "r"(col), "r"(row), "r"(h), "r"(b), "r"((unsigned)add)
+        : "memory");
+}
 __device__ __forceinline__ void ws_put_dq16(const bwd_params &p, uint32_t sbuf, int h, int m,
                                             int b, bool add) {
 #pragma unroll
     for (int panel = 0; panel < 2; ++panel)
-        asm volatile(
-            "{\n.reg .pred a;\nsetp.ne.u32 a, %6, 0;\n"
-            "@a cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
-            " [%0, {%2, %3, %4, %5}], [%1];\n"
-            "@!a cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
-            " [%0, {%2, %3, %4, %5}], [%1];\n}\n" ::"l"(&p.tm_dq16),
-            "r"(sbuf + panel * WS_DQ16_PANEL_BYTES), "r"(panel * PANEL_COLS), "r"(m * BM), "r"(h),
-            "r"(b), "r"((unsigned)add)
-            : "memory");
+        dq16_box_copy(p, sbuf + panel * WS_DQ16_PANEL_BYTES, panel * PANEL_COLS, m * BM, h, b, add);
     bulk_commit_group();
 }
 

@@ -194,7 +194,8 @@ __device__ __forceinline__ unsigned ws64p_pair_flags(const bwd_params &p, int b,
 // A warp's dQ block (fragment dq[32] as in dq_block_stage: rows lg / lg + 8, columns 8t + 2lt
 // (+1)) staged at sdq as dq * scale in T: 16 rows of 128 bytes, 128B-swizzled (the box of
 // p.tm_dq16 at head dim 64), by four stmatrix.x4 -- each two 8-column groups' 8 x 8 matrices,
-// upper and lower rows. The caller fences and syncs as after dq_block_stage<false>.
+// upper and lower rows. The caller fences and syncs as after dq_block_stage<false>; the reducer
+// puts each warp's block with one dq16_box_copy (as version 10's ws_put_dq16 does its panels).
 template <typename T>
 __device__ __forceinline__ void ws64p_dq16_stage(uint32_t sdq, const float (&dq)[32], float scale) {
     const int lane = threadIdx.x & 31;
@@ -210,26 +211,13 @@ __device__ __forceinline__ void ws64p_dq16_stage(uint32_t sdq, const float (&dq)
                        bl_pack2<T>(dq[4 * t + 6] * scale, dq[4 * t + 7] * scale));
     }
 }
-// A warp's 16-bit block at sblk to dq rows row.. (+16) of q head h, batch b, by one TMA copy from
-// the calling thread (rows past Sq are skipped): a store where `add` is false, else a 16-bit
-// reduce-add. Not committed. One code path, the copy chosen by a predicate (as ws_put_dq16).
-__device__ __forceinline__ void ws64p_put_dq16(const bwd_params &p, uint32_t sblk, int h, int row,
-                                               int b, bool add) {
-    asm volatile(
-        "{\n.reg .pred a;\nsetp.ne.u32 a, %5, 0;\n"
-        "@a cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
-        " [%0, {%2, %3, %4, %6}], [%1];\n"
-        "@!a cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
-        " [%0, {%2, %3, %4, %6}], [%1];\n}\n" ::"l"(&p.tm_dq16),
-        "r"(sblk), "r"(0), "r"(row), "r"(h), "r"((unsigned)add), "r"(b)
-        : "memory");
-}
 
 // DQ16: the form with light row tiles in 16-bit (above). A masked call with p.dq_direct launches
 // both forms, DQ16 first, with p.totals set, and the one bl_bwd_ws64p_dq16_chosen does not pick
 // returns at once: a chain of programmatic dependents (below), which took 11-17 us off calls that
 // pick the DQ16 form and put 3-10 us on those that pick the plain one (bench/results/
-// bwd-s118-ws64p-pdl.txt).
+// bwd-s118-ws64p-pdl.txt), most of which a one-CTA link between the forms took back
+// (bwd-s119-gate16-spacer.txt).
 template <typename T, bool DQ16 = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_constant__ bwd_params p) {
     constexpr int D = 64;
@@ -355,8 +343,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                         if (DQ16 && mine.live() && (fl & 1u)) {
 #pragma unroll 1
                             for (int j = 0; j < WG_WARPS; ++j)
-                                ws64p_put_dq16(p, stage + (uint32_t)(WG_WARPS * w + j) * DQ_WARP_BYTES,
-                                               mine.h, mine.row0 + 16 * j, cl.b, !(fl & 2u));
+                                // (a warp's 16 rows a box; rows past Sq are skipped)
+                                dq16_box_copy(p, stage + (uint32_t)(WG_WARPS * w + j) * DQ_WARP_BYTES,
+                                              0, mine.row0 + 16 * j, mine.h, cl.b, !(fl & 2u));
                             bulk_commit_group();
                         } else if (mine.live()) {
 #pragma unroll 1
