@@ -98,6 +98,13 @@ static bl_status launch_chain_link(cudaStream_t stream) {
                             /*dependent=*/true));
     return BL_OK;
 }
+// At head dim 64 p.dq_direct belongs to the unsplit persistent kernel alone (bl_cuda_backward's
+// ws64p_direct repeats launch_main's choice of it): on any other kernel the conversion would skip
+// light tiles whose dQ that kernel added into the fp32 accumulator.
+static bl_status dq16_without_ws64p() {
+    return bl_set_error(BL_ERR_INTERNAL,
+                        "bl_cuda_backward: head-dim-64 DQ16 zeros without the persistent kernel");
+}
 
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t num_cols,
@@ -155,6 +162,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
             return BL_OK;
         }
 #endif
+        if (p.dq_direct) return dq16_without_ws64p();
         auto kernel = split ? bwd_ws64_kernel<T, true> : bwd_ws64_kernel<T>;
         BL_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -168,6 +176,7 @@ bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t n
         *dq_cols_permuted = true;
         return BL_OK;
     }
+    if (D == 64 && p.dq_direct) return dq16_without_ws64p();
     if (D == 64 && g_variant != BL_BWD_VARIANT_WGMMA64_V1) {
         const size_t smem = wg64p_smem::BYTES;
         auto kernel = tma ? bwd_wgmma64p_kernel<T, true> : bwd_wgmma64p_kernel<T, false>;
