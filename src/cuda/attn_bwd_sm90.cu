@@ -74,11 +74,6 @@ namespace bl_bwd {
 // Which main kernel bl_cuda_backward launches (bl_bwd_set_variant, for the dev checker).
 static int g_variant = BL_BWD_VARIANT_WGMMA;
 
-// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid; tma_kv: p.tm_k, p.tm_v, p.tm_dk and p.tm_dv
-// too (the head-dim-64 kernel uses the last two). *dq_cols_permuted: the kernel launched
-// added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
-// postprocess undoes; the others add with atomics in the natural order. without_dq: the dq-rows
-// kernel computes dQ (version 10 runs without it; only with tma_rows and tma_kv at head dim 128).
 // The one-CTA link between the persistent head-dim-64 kernel's two chained forms (DQ16 first,
 // the plain one behind it): the DQ16 form's programmatic dependent, it lets the plain form launch
 // at once and completes only once the DQ16 form has, so that the plain form's wait still orders
@@ -106,6 +101,11 @@ static bl_status dq16_without_ws64p() {
                         "bl_cuda_backward: head-dim-64 DQ16 zeros without the persistent kernel");
 }
 
+// tma_rows: p.tm_q, p.tm_do and p.tm_dq are valid; tma_kv: p.tm_k, p.tm_v, p.tm_dk and p.tm_dv
+// too (the head-dim-64 kernel uses the last two). *dq_cols_permuted: the kernel launched
+// added dQ through dq_block_stage's staging (TMA reduce-adds), whose column order the dq
+// postprocess undoes; the others add with atomics in the natural order. without_dq: the dq-rows
+// kernel computes dQ (version 10 runs without it; only with tma_rows and tma_kv at head dim 128).
 template <typename T, int D>
 bl_status launch_main(const bwd_params &p, bool tma_rows, bool tma_kv, int64_t num_cols,
                       cudaStream_t stream, bool *dq_cols_permuted, bool without_dq = false) {
