@@ -192,25 +192,10 @@ __device__ __forceinline__ unsigned ws64p_pair_flags(const bwd_params &p, int b,
     return f;
 }
 // A warp's dQ block (fragment dq[32] as in dq_block_stage: rows lg / lg + 8, columns 8t + 2lt
-// (+1)) staged at sdq as dq * scale in T: 16 rows of 128 bytes, 128B-swizzled (the box of
-// p.tm_dq16 at head dim 64), by four stmatrix.x4 -- each two 8-column groups' 8 x 8 matrices,
-// upper and lower rows. The caller fences and syncs as after dq_block_stage<false>; the reducer
-// puts each warp's block with one dq16_box_copy (as version 10's ws_put_dq16 does its panels).
-template <typename T>
-__device__ __forceinline__ void ws64p_dq16_stage(uint32_t sdq, const float (&dq)[32], float scale) {
-    const int lane = threadIdx.x & 31;
-    const int j = lane >> 3, rr = lane & 7;  // this lane addresses row rr of matrix j
-    const int row = 8 * (j & 1) + rr;
-#pragma unroll
-    for (int t = 0; t < 8; t += 2) {
-        const int tt = t + (j >> 1);  // matrix j's 8-column group
-        bl_stmatrix_x4(sdq + (uint32_t)row * PANEL_ROW_BYTES + ((uint32_t)(tt ^ rr) << 4),
-                       bl_pack2<T>(dq[4 * t + 0] * scale, dq[4 * t + 1] * scale),
-                       bl_pack2<T>(dq[4 * t + 2] * scale, dq[4 * t + 3] * scale),
-                       bl_pack2<T>(dq[4 * t + 4] * scale, dq[4 * t + 5] * scale),
-                       bl_pack2<T>(dq[4 * t + 6] * scale, dq[4 * t + 7] * scale));
-    }
-}
+// (+1)) in 16-bit is staged as dq * scale by ws_stage_dkv<T, 32> at warp 0 (its 16 rows of 128
+// bytes, 128B-swizzled: the box of p.tm_dq16 at head dim 64). The caller fences and syncs as
+// after dq_block_stage<false>; the reducer puts each warp's block with one dq16_box_copy (as
+// version 10's ws_put_dq16 does its panels).
 
 // DQ16: the form with light row tiles in 16-bit (above). A masked call with p.dq_direct launches
 // both forms, DQ16 first, with p.totals set, and the one bl_bwd_ws64p_dq16_chosen does not pick
@@ -555,7 +540,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
                 // the reducer has read this warpgroup's staging of pair gq-3
                 mbarrier_wait(dqempty, ((uint32_t)(gq - 1) & 1u) ^ 1u);
                 if (DQ16 && (s_flags[(gq - 1) % WS64P_FLAG_SLOTS] >> (2 * wg) & 1u))
-                    ws64p_dq16_stage<T>(sdq, dq, p.scale);  // a light tile's: 16-bit
+                    ws_stage_dkv<T>(sdq, dq, p.scale, 0, lane);  // a light tile's: 16-bit
                 else
                     dq_block_stage<false>(sdq, dq);
                 bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
@@ -594,7 +579,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
         const uint32_t last_stage =
             pairs >= 2 ? s0 + L::DS + (uint32_t)((last - 1) & 1) * L::DS_BUF : s0 + L::DQS;
         if (DQ16 && (s_flags[last % WS64P_FLAG_SLOTS] >> (2 * wg) & 1u)) {
-            ws64p_dq16_stage<T>(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq, p.scale);
+            ws_stage_dkv<T>(last_stage + (uint32_t)warp * DQ_WARP_BYTES, dq, p.scale, 0, lane);
             bl_fence_proxy_async();  // the copy engine reads what stmatrix wrote
             __syncwarp();
         } else {
