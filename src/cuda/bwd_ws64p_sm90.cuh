@@ -192,10 +192,10 @@ __device__ __forceinline__ unsigned ws64p_pair_flags(const bwd_params &p, int b,
     return f;
 }
 // A warp's dQ block (fragment dq[32] as in dq_block_stage: rows lg / lg + 8, columns 8t + 2lt
-// (+1)) in 16-bit is staged as dq * scale by ws_stage_dkv<T, 32> at warp 0 (its 16 rows of 128
-// bytes, 128B-swizzled: the box of p.tm_dq16 at head dim 64). The caller fences and syncs as
-// after dq_block_stage<false>; the reducer puts each warp's block with one dq16_box_copy (as
-// version 10's ws_put_dq16 does its panels).
+// (+1)) in 16-bit is staged as dq * scale by ws_stage_dkv<T, 32> with warp 0 (the address given
+// is already this warp's block: 16 rows of 128 bytes, 128B-swizzled, the box of p.tm_dq16 at
+// head dim 64). The caller fences and syncs as after dq_block_stage<false>; the reducer puts
+// each warp's block with one dq16_box_copy (as version 10's ws_put_dq16 does its panels).
 
 // DQ16: the form with light row tiles in 16-bit (above). A masked call with p.dq_direct launches
 // both forms, DQ16 first, with p.totals set, and the one bl_bwd_ws64p_dq16_chosen does not pick
