@@ -506,16 +506,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws64p_kernel(const __grid_c
             BL_TLCP(5);
             mbarrier_wait(bars + ws64p_bars::DSEMPTY + 8 * buf, ((uint32_t)(gq >> 1) & 1u) ^ 1u);
             BL_TLCP(6);
-            {
-                const int q = lane >> 3, r = lane & 7;
-                const int chunk = 2 * (warp & 3) + (q & 1);
-                const uint32_t base = s0 + L::DS + buf * L::DS_BUF + wg * L::PANEL +
-                                      (uint32_t)(8 * (q >> 1) + r) * PANEL_ROW_BYTES +
-                                      (uint32_t)((chunk ^ r) << 4);
-#pragma unroll
-                for (int ks = 0; ks < KSTEPS_Q; ++ks)
-                    bl_stmatrix_x4_trans(base + ks * K16_BYTES_MNMAJOR, dsa[ks]);
-            }
+            store_ds_tile(s0 + L::DS + buf * L::DS_BUF + wg * L::PANEL, dsa, warp, lane);
             bl_fence_proxy_async();  // the other warpgroup's wgmma reads what stmatrix wrote
             mbarrier_arrive(bars + ws64p_bars::DSFULL + 8 * buf);
             BL_TLCP(7);
