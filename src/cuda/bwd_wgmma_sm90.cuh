@@ -391,6 +391,31 @@ __device__ __forceinline__ void tma_reduce_dq_block(const bwd_params &p, uint32_
     if (lane0) dq_block_reduce(p, sdq, col0, h, row, b);
 }
 
+// P^T in place of S^T in n8 tile t of a thread's accumulator fragment (elements 4t..4t+3: keys
+// k, k, k + 8, k + 8 x queries a, b, a, b): exp2(S^T scale_log2 - lse2), l holding queries a and
+// b's lse in log2 units.
+template <int N>
+__device__ __forceinline__ void p_from_s_n8(float (&s)[N], int t, float2 l, float scale_log2) {
+    s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], scale_log2, -l.x));
+    s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], scale_log2, -l.y));
+    s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], scale_log2, -l.x));
+    s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], scale_log2, -l.y));
+}
+
+// The same four elements zeroed where the mask forbids them: key jr (jr0 = k, relative to the
+// column's first) at or past key_limit, or more than causal_limit past query ir (ir0 = a,
+// relative to the entry's first row).
+template <int N>
+__device__ __forceinline__ void mask_n8(float (&s)[N], int t, int jr0, int ir0, int key_limit,
+                                        int causal_limit) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+        const int jr = jr0 + ((x >> 1) << 3);
+        const int ir = ir0 + (x & 1);
+        if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
+    }
+}
+
 // FUSED_DKV (version 4): the next entry's loads go out after this entry's S^T / dP^T issue; dK
 // issues right after dS without waiting for dV (P^T's packed registers stay live until the
 // tile's last wait); dS goes to shared memory with stmatrix.trans (4 per thread) instead of 32
@@ -542,18 +567,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
 #pragma unroll
         for (int t = 0; t < NQ; ++t) {
             const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t + 2 * lt);
-            s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
-            s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
-            s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
-            s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
-            if (need_mask) {
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
-                    const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
-                    if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
-                }
-            }
+            p_from_s_n8(s, t, l, p.scale_log2);
+            if (need_mask) mask_n8(s, t, kw + lg, 8 * t + 2 * lt, key_limit, causal_limit);
         }
 
         // ---- dV += P^T dO (P^T from registers) ----

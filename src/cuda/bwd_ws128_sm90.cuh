@@ -744,18 +744,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
 #pragma unroll
                     for (int t = 2 * ks; t < 2 * ks + 2; ++t) {
                         const float2 l = lse_r[t];
-                        s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
-                        s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
-                        s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
-                        s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
-                        if (need_mask) {
-#pragma unroll
-                            for (int x = 0; x < 4; ++x) {
-                                const int jr = kw + lg + ((x >> 1) << 3);  // key, relative to key0
-                                const int ir = 8 * t + 2 * lt + (x & 1);   // query, relative to row0
-                                if (jr >= key_limit || jr - ir > causal_limit) s[4 * t + x] = 0.0f;
-                            }
-                        }
+                        p_from_s_n8(s, t, l, p.scale_log2);
+                        if (need_mask)
+                            mask_n8(s, t, kw + lg, 8 * t + 2 * lt, key_limit, causal_limit);
                     }
                     issue_dv(ks);
                 }

@@ -816,10 +816,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                 const int tiles_a = (BL_BWD_TM - 16 * (it & 3)) / 8;
                 auto exp_tile = [&](int t) {
                     const float2 l = *reinterpret_cast<const float2 *>(lse2 + 8 * t);
-                    s[4 * t + 0] = exp2f(fmaf(s[4 * t + 0], p.scale_log2, -l.x));
-                    s[4 * t + 1] = exp2f(fmaf(s[4 * t + 1], p.scale_log2, -l.y));
-                    s[4 * t + 2] = exp2f(fmaf(s[4 * t + 2], p.scale_log2, -l.x));
-                    s[4 * t + 3] = exp2f(fmaf(s[4 * t + 3], p.scale_log2, -l.y));
+                    p_from_s_n8(s, t, l, p.scale_log2);
                 };
                 auto mask_tile = [&](int t) {
                     const int cut_t = PACKED && t >= tiles_a ? cut_b : cut;
