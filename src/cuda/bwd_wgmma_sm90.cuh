@@ -391,6 +391,25 @@ __device__ __forceinline__ void tma_reduce_dq_block(const bwd_params &p, uint32_
     if (lane0) dq_block_reduce(p, sdq, col0, h, row, b);
 }
 
+// S^T = K Q^T (or dP^T = V dO^T) of this warpgroup's 64 keys against a 64-row tile, issued as
+// D / 16 k16 steps over the head dim's 64-column panels, both K-major: A's panels BN rows apart
+// from sa (this warpgroup's first key), B's BM rows apart from sb. OVERWRITE: the first step does
+// not accumulate, so the registers need no zeros. (Version 10 keeps its own copies of the loop:
+// with this function ptxas scheduled two of its instantiations differently.)
+template <typename T, int D, bool OVERWRITE>
+__device__ __forceinline__ void wg_issue_keys_x_rows(float (&acc)[32], uint32_t sa, uint32_t sb) {
+    constexpr uint32_t QPANEL = BM * PANEL_ROW_BYTES;  // bytes of one panel of a Q / dO tile
+    constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;  // bytes of one panel of a K / V tile
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+        const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
+        bl_wgmma_ss_n64<T, 0>(acc, bl_wgmma_desc(sa + koff, 16, BL_WGMMA_GROUP_BYTES),
+                              bl_wgmma_desc(sb + qoff, 16, BL_WGMMA_GROUP_BYTES),
+                              OVERWRITE ? kk > 0 : 1);
+    }
+}
+
 // P^T in place of S^T in n8 tile t of a thread's accumulator fragment (elements 4t..4t+3: keys
 // k, k, k + 8, k + 8 x queries a, b, a, b): exp2(S^T scale_log2 - lse2), l holding queries a and
 // b's lse in log2 units.
@@ -426,7 +445,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
     using L = wg_smem<D>;
     constexpr int NQ = BM / 8;   // n8 tiles of queries (S^T, dP^T): 8
     constexpr int ND = D / 8;    // n8 tiles of head dim (dK, dV)
-    constexpr int KSTEPS_D = D / 16;
     constexpr uint32_t QPANEL = BM * PANEL_ROW_BYTES;  // bytes of one panel of a Q / dO tile
     constexpr uint32_t KPANEL = BN * PANEL_ROW_BYTES;  // bytes of one panel of a K / V tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -522,23 +540,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_wgmma_kernel(const __grid_cons
         bl_reg_fence(s);
         bl_reg_fence(ds);
         bl_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS_D; ++kk) {
-            const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-            const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-            bl_wgmma_ss_n64<T, 0>(
-                s, bl_wgmma_desc(s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                bl_wgmma_desc(sQ + qoff, 16, BL_WGMMA_GROUP_BYTES));
-        }
+        wg_issue_keys_x_rows<T, D, false>(s, s0 + L::K + wg * WG_KEYS * PANEL_ROW_BYTES, sQ);
         bl_wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS_D; ++kk) {
-            const uint32_t koff = (kk / 4) * KPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-            const uint32_t qoff = (kk / 4) * QPANEL + (kk % 4) * K16_BYTES_KMAJOR;
-            bl_wgmma_ss_n64<T, 0>(
-                ds, bl_wgmma_desc(s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES + koff, 16, BL_WGMMA_GROUP_BYTES),
-                bl_wgmma_desc(sdO + qoff, 16, BL_WGMMA_GROUP_BYTES));
-        }
+        wg_issue_keys_x_rows<T, D, false>(ds, s0 + L::V + wg * WG_KEYS * PANEL_ROW_BYTES, sdO);
         bl_wgmma_commit();
         if (FUSED_DKV && it + 1 < count) {
             if (!TMA_ROWS) {
