@@ -159,9 +159,11 @@ __device__ __forceinline__ void ws64_prefetch_next_column(const bwd_params &p, u
 }
 
 // The pair body shared by version 6 and its persistent form (bwd_ws64p_sm90.cuh), in pieces
-// that leave both kernels' SASS as it was (checked instruction for instruction). The masked
-// exponentials stay a lambda in each kernel: as a shared function (masked a parameter or a
-// template argument) they changed version 6's SASS, which no device run has timed.
+// that leave both kernels' SASS as it was (checked instruction for instruction; the dS stores
+// through store_ds_tile renamed two of the persistent kernel's uniform registers, nothing else,
+// and measured level: bench/results/bwd-s122-dedupe-checks.txt). The masked exponentials stay a
+// lambda in each kernel: as a shared function (masked a parameter or a template argument) they
+// changed version 6's SASS, which no device run has timed.
 constexpr int WS64_NQ = PAIR_ROWS / 8;  // n8 tiles of queries (S^T, dP^T): 16
 constexpr int WS64_NQ_ENTRY = BM / 8;   // of them per entry: 8
 
