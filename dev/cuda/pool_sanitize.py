@@ -56,6 +56,11 @@ CASES = [
     # the same at head dim 128: past version 10's DIRECT gate, so that the kernel picked (its
     # plain form or an 80-row one) runs behind returning grids
     (1, 256, 5200, 4, 4, 128, False, "mask:0.5"),
+    # version 10's DIRECT form with ~5 entries a row tile: most light tiles have several, whose
+    # first entry stores and the others add once it has (bl_bwd_workspace::dq_claims)
+    (1, 1024, 4096, 8, 8, 128, False, "mask:0.15"),
+    # the same at head dim 64: the persistent kernel's DQ16 form (bl_bwd_ws64p_dq16_chosen)
+    (1, 1024, 4096, 8, 8, 64, False, "mask:0.15"),
 ]
 
 

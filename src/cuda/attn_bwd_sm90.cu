@@ -568,6 +568,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     p.dkv_part = ws.dkv_part;
     p.dkv_done = ws.dkv_done;
     p.dq_writers = ws.dq_writers;
+    p.dq_claims = ws.dq_claims;
     // Version 10's DIRECT form is a candidate (bwd_params::dq_direct: its light row tiles write dq
     // itself) where TMA can describe dq. The device picks it or not (bl_bwd_dq_direct_chosen),
     // and the zeros with it: the schedule publishes the pick, the preprocess's zero CTAs read it.

@@ -83,7 +83,17 @@ struct bl_bwd_workspace {
     // zero CTAs' counts, bwd_prepost_sm90.cu); all reset by lists CTA 0 before any dependent
     // starts. Read by the preprocess's zero CTAs (bl_bwd_preprocess_launch, dq16_zeros).
     int *zeros_pick;
+    // (B, Hq, Tm): claims on dq's light row tiles of several entries (bl_bwd_dq16_tile) in
+    // version 10's DIRECT form: the entry that claims a tile first stores its 16-bit dQ there and
+    // then sets BL_DQ_CLAIM_STORED, the others add theirs once that bit is set, so that the
+    // preprocess writes no zeros there (ws_dq16_claim). Reset by the preprocess's zero CTAs. (The
+    // head-dim-64 DQ16 form still adds onto zeros: with claims its main kernel ran 4-57 us longer
+    // than the zeros' 7 us, bench/results/bwd-s123-dq16-claims.txt.)
+    unsigned *dq_claims;
 };
+// bl_bwd_workspace::dq_claims: a tile's claims are counted in the low bits; this bit is set once
+// the first claimant's store has completed.
+#define BL_DQ_CLAIM_STORED 0x80000000u
 
 // Whether the call's list entries (totals[0]: 64-row entries) average at most `limit` per 64-row
 // row tile (B x Hq x Tm of them), in integers.
@@ -224,8 +234,9 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
     return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals, causal, keys_full);
 }
 // The DIRECT form's light row tiles: at most this many entries, whose dQ in 16-bit goes straight
-// to dq -- stored by a tile's only entry, else added by 16-bit TMA reduce-adds onto the zeros the
-// preprocess wrote -- so that neither the fp32 adds nor the accumulator's conversion are paid
+// to dq -- stored by a tile's only entry or by the first of its entries to claim it
+// (bl_bwd_workspace::dq_claims), added to by the others' 16-bit TMA reduce-adds once that store
+// has completed -- so that neither the fp32 adds nor the accumulator's conversion are paid
 // there (its zeros still are: the preprocess writes them before the pick is known). Heavier
 // tiles add into the fp32 accumulator as every other kernel does. Rounding after
 // each add costs precision with the entries: relative RMS dq error, bf16 head dim 128, 2.35e-3
@@ -444,8 +455,10 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 // carveout: bl_bwd_chain_carveout.
 // dq16_zeros (a call with a DIRECT candidate, bwd_params::dq_direct): zero CTAs after the row
 // CTAs (which zero the whole accumulator as in every call) also write dq's zeros in its dtype for
-// the light tiles (bl_bwd_dq16_tile) of more than one entry once ws->zeros_pick says DIRECT, and
-// for all their tiles while it is not known yet.
+// the light tiles (bl_bwd_dq16_tile) once ws->zeros_pick says DIRECT or DQ16 -- at head dim 128
+// those without entries (a tile's first entry stores: bl_bwd_workspace::dq_claims, which they
+// reset), at 64 those of other than one entry -- and for all their tiles while it is not known
+// yet.
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
                                    int carveout, bool dq16_zeros, bl_tensor dq,

@@ -94,6 +94,9 @@ struct bwd_params {
     // completes a column sums its partials (bwd_split_sum_sm90.cuh). Last, for the reason
     // dq_writers gives.
     int *dkv_done;
+    // Version 10's DIRECT form: bl_bwd_workspace::dq_claims (ws_dq16_claim). Last, for the reason
+    // dq_writers gives.
+    unsigned *dq_claims;
 };
 
 // The schedule records a head-dim-128 kernel walks (read after the totals are complete).

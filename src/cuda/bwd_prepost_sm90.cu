@@ -222,6 +222,8 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
     size_t o_next = ws_take(&off, sizeof(int));
     size_t o_unkept = ws_take(&off, 2 * BL_BWD_TM_DENSE * sizeof(float));
     size_t o_pick = ws_take(&off, BL_ZEROS_PICK_INTS * sizeof(int));
+    size_t o_claims =
+        ws_take(&off, (size_t)(dm.batch * dm.heads_q * dm.tiles_m) * sizeof(unsigned));
     if (base && ws) {
         char *p = (char *)base;
         ws->dq_accum = (float *)(p + o_dq);
@@ -239,6 +241,7 @@ size_t bl_bwd_workspace_layout(const bl_bwd_dims &dm, void *base, bl_bwd_workspa
         ws->sched_next = (int *)(p + o_next);
         ws->unkept_rows = (float *)(p + o_unkept);
         ws->zeros_pick = (int *)(p + o_pick);
+        ws->dq_claims = (unsigned *)(p + o_claims);
         ws->dq_writers = (uint8_t *)(p + o_writers);
         ws->dkv_part = part_floats ? (float *)(p + o_part) : NULL;
         ws->dkv_done = split > 1 ? (int *)(p + o_done) : NULL;
@@ -315,6 +318,7 @@ struct pp_zero_args {
     int64_t sb, ss, sh;
     int *zeros_pick;         // bl_bwd_workspace::zeros_pick
     const uint8_t *dq_writers;
+    unsigned *dq_claims;     // bl_bwd_workspace::dq_claims at head dim 128, else NULL
     int64_t row_blocks;      // the row CTAs (preprocess_rows)
     int64_t zero_blocks;     // the zero CTAs, PP_ZERO_TILES 64-row tiles each
     int64_t tiles;           // the 64-row tiles, B x Hq x tiles_m
@@ -324,7 +328,10 @@ struct pp_zero_args {
 
 // Zero CTA `cta`: tiles cta * PP_ZERO_TILES .. of (b, h, m) in dq_writers' order; with
 // BL_ZEROS_DQ16 the rows of dq of those that are light (bl_bwd_dq16_tile) with other than one
-// entry, with BL_ZEROS_UNKNOWN the rows of dq of all, with BL_ZEROS_ACCUM none.
+// entry -- with z.dq_claims (head dim 128) only those with none: there the first entry of a tile
+// of several stores and the others add behind it (bl_bwd_workspace::dq_claims) --, with
+// BL_ZEROS_UNKNOWN the rows of dq of all, with BL_ZEROS_ACCUM none. Both of the first two
+// reset the tiles' claims.
 template <int D>
 __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, const pp_zero_args &z,
                                                       int64_t cta) {
@@ -348,10 +355,11 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
     for (int j = 0; j < PP_ZERO_TILES; ++j) {
         const int64_t tile = cta * PP_ZERO_TILES + j;
         if (tile >= z.tiles) return;
+        if (z.dq_claims != nullptr && threadIdx.x == 0) z.dq_claims[tile] = 0u;
         if (kind == BL_ZEROS_DQ16) {
             const unsigned w = bl_bwd_tile_writers(
                 __ldcg(reinterpret_cast<const uint4 *>(z.dq_writers) + tile));
-            if (!bl_bwd_dq16_tile(w) || w == 1) continue;
+            if (!bl_bwd_dq16_tile(w) || w == 1 || (w > 1 && z.dq_claims != nullptr)) continue;
         }
         const int64_t m = tile % dm.tiles_m;
         const int64_t h = (tile / dm.tiles_m) % dm.heads_q;
@@ -802,6 +810,7 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
         z.sb = dq.stride_b, z.ss = dq.stride_s, z.sh = dq.stride_h;
         z.zeros_pick = ws->zeros_pick;
         z.dq_writers = ws->dq_writers;
+        z.dq_claims = D == 128 ? ws->dq_claims : NULL;  // (the DQ16 form adds onto zeros)
         z.row_blocks = blocks;
         z.zero_blocks = zero_blocks;
         z.first_rows = PP_ZERO_FIRST_ROWS < 0          ? blocks

@@ -300,8 +300,9 @@ __device__ __forceinline__ void ws_stage_dkv(uint32_t sbuf, const float (&acc)[N
 // A light row tile's entry's dQ in 16-bit (bwd_params::dq_direct, bl_bwd_dq16_tile), staged by
 // ws_stage_dkv in the entry's staging buffer sbuf as two 64-column panels of BM rows, warpgroup
 // wg's at wg x WS_DQ16_PANEL_BYTES; the reducer puts them in dq rows m BM.. of q head h with two
-// TMA copies (rows past Sq are skipped): stores where the tile has one entry, else 16-bit
-// reduce-adds onto the zeros the preprocess wrote. One code path, the copy chosen by a predicate:
+// TMA copies (rows past Sq are skipped): stores where the tile has one entry or this entry
+// claimed it first (ws_dq16_claim), else 16-bit reduce-adds once that store has completed. One
+// code path, the copy chosen by a predicate:
 // with the two copies in two branches the reducer spilled twice as much (the dq16 probe,
 // bench/results/bwd-s97-dq16-probe-compile.txt).
 constexpr uint32_t WS_DQ16_PANEL_BYTES = BM * PANEL_ROW_BYTES;
@@ -325,6 +326,35 @@ __device__ __forceinline__ void ws_put_dq16(const bwd_params &p, uint32_t sbuf, 
     for (int panel = 0; panel < 2; ++panel)
         dq16_box_copy(p, sbuf + panel * WS_DQ16_PANEL_BYTES, panel * PANEL_COLS, m * BM, h, b, add);
     bulk_commit_group();
+}
+
+// The claims on a light row tile of several entries (bl_bwd_workspace::dq_claims), so that
+// no zeros are written there first: the reducer claims the tile of each such entry in its own
+// order, after it is done with the entry before (no wait of its own then lies between a first
+// claim and that entry's store, whose completion it publishes: no two reducers can wait on each
+// other). The claim's count before this one: 0 for the first claimant, which stores.
+__device__ __forceinline__ unsigned ws_dq16_claim(unsigned *claim) {
+    unsigned before;
+    asm volatile("atom.acquire.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(claim)
+                 : "memory");
+    return before;
+}
+// A later claimant (`before` from ws_dq16_claim, not 0): waits for the first claimant's store,
+// then lets this thread's TMA copies see it.
+__device__ __forceinline__ void ws_dq16_wait_stored(const unsigned *claim, unsigned before) {
+    while (!(before & BL_DQ_CLAIM_STORED)) {
+        __nanosleep(64);
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(before) : "l"(claim) : "memory");
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+// The first claimant, once its store is issued and committed: waits for the store's writes and
+// publishes them.
+__device__ __forceinline__ void ws_dq16_publish_stored(unsigned *claim) {
+    bulk_wait_group<0>();
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    asm volatile("red.release.gpu.global.or.b32 [%0], %1;" ::"l"(claim), "r"(BL_DQ_CLAIM_STORED)
+                 : "memory");
 }
 
 // Dev only (-DBL_BWD_TIMELINE, dev/cuda/attn_bwd.cu `timeline`, `timeline64`): SM clock stamps of
@@ -551,14 +581,22 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const unsigned tile_writers = bl_bwd_tile_writers(next_writers);
                     const bool store = tile_writers == 1;
                     const bool dq16 = DIRECT && p.dq_direct && bl_bwd_dq16_tile(tile_writers);
+                    // A light tile of several entries: claimed here, its latency under the wait
+                    unsigned *const claim =
+                        p.dq_claims + (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m + cl.list[it];
+                    const bool claimed = dq16 && !store;
+                    unsigned before = 0;
+                    if (claimed) before = ws_dq16_claim(claim);
                     if (p.dq_writers != nullptr && it + 1 < cl.count)
                         next_writers = writers(it + 1);
                     BL_TLR(0);
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TLR(1);
                     if (dq16) {
+                        const bool add = claimed && before != 0;
+                        if (add) ws_dq16_wait_stored(claim, before);
                         ws_put_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
-                                    (int)cl.b, !store);
+                                    (int)cl.b, add);
                     } else {
 #pragma unroll 1
                         for (int w = 0; w < WARPS; ++w) {
@@ -576,6 +614,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     bulk_wait_group_read<0>();
                     BL_TLR(3);
                     mbarrier_arrive(bars + ws_bars::DQEMPTY + 8 * buf);
+                    if (claimed && before == 0) ws_dq16_publish_stored(claim);
                 }
                 // The column's dK and dV (ws_stage_dkv): the ring's next two positions.
                 for (int x = 0; x < 2; ++x, ++gj) {
