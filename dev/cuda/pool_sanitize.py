@@ -59,7 +59,8 @@ CASES = [
     # version 10's DIRECT form with ~5 entries a row tile: most light tiles have several, whose
     # first entry stores and the others add once it has (bl_bwd_workspace::dq_claims)
     (1, 1024, 4096, 8, 8, 128, False, "mask:0.15"),
-    # the same at head dim 64: the persistent kernel's DQ16 form (bl_bwd_ws64p_dq16_chosen)
+    # the same shape at head dim 64: the persistent kernel's DQ16 form (bl_bwd_ws64p_dq16_chosen),
+    # whose light tiles of several entries add onto the zero CTAs' zeros (no claims there)
     (1, 1024, 4096, 8, 8, 64, False, "mask:0.15"),
 ]
 
