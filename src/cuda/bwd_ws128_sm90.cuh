@@ -563,10 +563,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 if constexpr (SPLIT) ws_part_range(p, cl);
                 // The entries of an entry's row tile (p.dq_writers: bwd_kernel_common.cuh), read
                 // one entry ahead so that the load's latency passes under the previous entry.
+                // Entry it's row tile, (b, q head g * group + hl, m), is tile0 + its code: its
+                // index in dq_writers and dq_claims.
+                auto tile_of = [&](int it) {
+                    return (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m + cl.list[it];
+                };
                 auto writers = [&](int it) {
-                    // the code's tile, (b, q head g * group + hl, m), is tile0 + code
-                    return bl_bwd_tile_writer_runs(
-                        p.dq_writers, (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m + cl.list[it]);
+                    return bl_bwd_tile_writer_runs(p.dq_writers, tile_of(it));
                 };
                 uint4 next_writers = make_uint4(0u, 0u, 0u, 0u);
                 if (p.dq_writers != nullptr && cl.count > 0) next_writers = writers(0);
@@ -582,8 +585,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const bool store = tile_writers == 1;
                     const bool dq16 = DIRECT && p.dq_direct && bl_bwd_dq16_tile(tile_writers);
                     // A light tile of several entries: claimed here, its latency under the wait
-                    unsigned *const claim =
-                        p.dq_claims + (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m + cl.list[it];
+                    unsigned *const claim = p.dq_claims + tile_of(it);
                     const bool claimed = dq16 && !store;
                     unsigned before = 0;
                     if (claimed) before = ws_dq16_claim(claim);
