@@ -37,8 +37,8 @@ for spec in "$@"; do
     patch=${rest%%:*} defines=""
     [[ $rest == *:* ]] && defines=${rest#*:}
     tree=$(mktemp -d /tmp/variant_lib.XXXXXX)
-    # (tests too: a patch may touch them beside the sources)
-    git ls-files -z src include tests | tar --null -T - -c | tar -x -C "$tree"
+    # (tests and CMakeLists.txt too: a patch may touch them beside the sources)
+    git ls-files -z src include tests CMakeLists.txt | tar --null -T - -c | tar -x -C "$tree"
     touched=()
     IFS='+' read -r -a patches <<< "$patch"
     for pf in "${patches[@]}"; do  # in order: a later patch may need an earlier one
