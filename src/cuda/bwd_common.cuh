@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include "backend.h"
 #include "cuda_check.cuh"  // BL_CARVEOUT_DEFAULT
+#include "dq16_rule.h"
 
 // Tile shape of the backward (DESIGN §1): BL_TILE_M query rows x BL_TILE_N keys.
 #define BL_BWD_TM BL_TILE_M
@@ -233,20 +234,7 @@ __host__ __device__ inline bool bl_bwd_rows80_chosen(const unsigned long long *t
                                                      bool causal, bool keys_full) {
     return bl_bwd_masked_full(totals) || bl_bwd_rows80_cheaper(totals, causal, keys_full);
 }
-// The DIRECT form's light row tiles: at most this many entries, whose dQ in 16-bit goes straight
-// to dq -- stored by a tile's only entry or by the first of its entries to claim it
-// (bl_bwd_workspace::dq_claims), added to by the others' 16-bit TMA reduce-adds once that store
-// has completed -- so that neither the fp32 adds nor the accumulator's conversion are paid
-// there (its zeros still are: the preprocess writes them before the pick is known). Heavier
-// tiles add into the fp32 accumulator as every other kernel does. Rounding after
-// each add costs precision with the entries: relative RMS dq error, bf16 head dim 128, 2.35e-3
-// for one entry, 3.55e-3 at 4, 5.54e-3 at 16, 1.37e-2 at 128, against 2.35e-3 summed in fp32 and
-// 6.5-7.8e-3 for PyTorch's own bf16 backward (dev/cuda/dq_accum_precision.py,
-// bench/results/dq-accum-precision-s97.txt): 16 keeps it inside PyTorch's.
-enum { BL_DQ16_MAX_WRITERS = 16 };
-__host__ __device__ inline bool bl_bwd_dq16_tile(unsigned writers) {
-    return writers <= BL_DQ16_MAX_WRITERS;
-}
+// The DIRECT form's light row tiles and how their entries write dq: dq16_rule.h.
 // The zeros a call with a DIRECT candidate needs (bl_bwd_workspace::zeros_pick): only the device
 // knows which kernel runs, from totals the window schedule sums while the preprocess runs.
 #ifdef BL_PP_ZERO_COUNTS

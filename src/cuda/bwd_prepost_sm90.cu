@@ -359,7 +359,7 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
         if (kind == BL_ZEROS_DQ16) {
             const unsigned w = bl_bwd_tile_writers(
                 __ldcg(reinterpret_cast<const uint4 *>(z.dq_writers) + tile));
-            if (!bl_bwd_dq16_tile(w) || w == 1 || (w > 1 && z.dq_claims != nullptr)) continue;
+            if (!bl_bwd_dq16_zeroed(w, z.dq_claims != nullptr)) continue;
         }
         const int64_t m = tile % dm.tiles_m;
         const int64_t h = (tile / dm.tiles_m) % dm.heads_q;

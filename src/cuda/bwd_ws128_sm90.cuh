@@ -586,7 +586,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     const bool dq16 = DIRECT && p.dq_direct && bl_bwd_dq16_tile(tile_writers);
                     // A light tile of several entries: claimed here, its latency under the wait
                     unsigned *const claim = p.dq_claims + tile_of(it);
-                    const bool claimed = dq16 && !store;
+                    const bool claimed = dq16 && bl_bwd_dq16_claimed(tile_writers);
                     unsigned before = 0;
                     if (claimed) before = ws_dq16_claim(claim);
                     if (p.dq_writers != nullptr && it + 1 < cl.count)
@@ -595,8 +595,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                     mbarrier_wait(bars + ws_bars::DQFULL + 8 * buf, (uint32_t)(gj >> 1) & 1u);
                     BL_TLR(1);
                     if (dq16) {
-                        const bool add = claimed && before != 0;
-                        if (add) ws_dq16_wait_stored(claim, before);
+                        const bool add = bl_bwd_dq16_adds(tile_writers, claimed, before);
+                        if (bl_bwd_dq16_waits(claimed, before)) ws_dq16_wait_stored(claim, before);
                         ws_put_dq16(p, s0 + L::DQS + (uint32_t)(buf * WARPS) * DQ_WARP_BYTES, h, m,
                                     (int)cl.b, add);
                     } else {
