@@ -563,8 +563,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128_kernel(const __grid_c
                 if constexpr (SPLIT) ws_part_range(p, cl);
                 // The entries of an entry's row tile (p.dq_writers: bwd_kernel_common.cuh), read
                 // one entry ahead so that the load's latency passes under the previous entry.
-                // Entry it's row tile, (b, q head g * group + hl, m), is tile0 + its code: its
-                // index in dq_writers and dq_claims.
+                // The row tile of entry `it`, (b, q head g * group + hl, m), is tile0 + the
+                // entry's code: its index in dq_writers and dq_claims.
                 auto tile_of = [&](int it) {
                     return (cl.b * dm.heads_q + cl.g * dm.group) * tiles_m + cl.list[it];
                 };
