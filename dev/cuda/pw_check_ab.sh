@@ -10,11 +10,16 @@
 #       "1,16384,16,64|dense,0.1,0.03,0.008,negl:0.2,negl:0.5;1,16384,16,64 --causal|0.03,0.008" 2
 # CHECK / NEW / BASES name libraries build/pw/NAME.so; CONFIGS as lib_timeline_ab.sh's (each with
 # its keeps after a bar). Environment: TESTS (pytest -k, default "backward"; "" for all), CASES
-# (pool_sanitize cases, default 3,4,9,10,11), LIMIT (seconds for the whole, default 570).
-# Writes $OUT/gpu.txt, pytest.txt, san-memcheck.txt, san-racecheck.txt and $OUT/t (the timelines).
+# (pool_sanitize cases, default 3,4,9,10,11), LIMIT (seconds for the whole, default 570), BENCH
+# (seconds kept out of LIMIT for bench/bench_attn.py --no-flex on the NEW library after the
+# timelines, ~150 on an H100; default 0: no bench; skipped where the tests failed). Starts are
+# scarce (the hundred-and-twenty-sixth session got no machine in 13 tries), so one call that
+# checks, times and benches beats two.
+# Writes $OUT/gpu.txt, pytest.txt, san-memcheck.txt, san-racecheck.txt, $OUT/t (the timelines)
+# and with BENCH bench.txt / bench.json.
 set -uo pipefail
 check=$1 new=$2 bases=$3 configs=$4 rounds=${5:-2}
-TESTS=${TESTS-backward} CASES=${CASES:-3,4,9,10,11} LIMIT=${LIMIT:-570}
+TESTS=${TESTS-backward} CASES=${CASES:-3,4,9,10,11} LIMIT=${LIMIT:-570} BENCH=${BENCH:-0}
 OUT=${OUT:-out}
 mkdir -p "$OUT" build && tar -xJf build/pw.tar.xz -C build
 export PYTHONPATH=$PWD
@@ -25,9 +30,11 @@ step() {  # NAME SECONDS COMMAND...: run under a limit, report rc and time
     local name=$1 secs=$2 t0=$SECONDS; shift 2
     timeout "$secs" "$@"; local rc=$?
     echo "$name: rc $rc, $((SECONDS - t0)) s"
+    return $rc
 }
+tests_rc=0
 step pytest 150 env BACK_LITE_LIBRARY="$L/$check.so" python3 -m pytest -q -p no:cacheprovider \
-    tests/gpu -k "$TESTS" > "$OUT/pytest.txt" 2>&1
+    tests/gpu -k "$TESTS" > "$OUT/pytest.txt" 2>&1 || tests_rc=$?
 tail -2 "$OUT/pytest.txt"
 for tool in memcheck racecheck; do
     step "$tool" 90 env BACK_LITE_LIBRARY="$L/$check.so" compute-sanitizer --tool "$tool" \
@@ -37,7 +44,7 @@ done
 specs=""
 IFS=',' read -r -a names <<< "$bases"
 for b in "${names[@]}"; do specs+="${specs:+,}$b=$L/$b.so"; done
-left=$((LIMIT - SECONDS))
+left=$((LIMIT - SECONDS - BENCH))
 if ((left > 30)); then
     step timelines "$left" env NEW_LIB="$L/$new.so" OUT="$OUT/t" bash dev/cuda/lib_timeline_ab.sh \
         "$specs" "$configs" x "$rounds" > "$OUT/ab.log" 2>&1
@@ -49,4 +56,16 @@ if ((left > 30)); then
     cat "$OUT/t/timelines-summary.txt" 2>/dev/null || echo "(no timeline summary: see $OUT/ab.log)"
 else
     echo "timelines: no time left ($left s)"
+fi
+if ((BENCH > 0)); then
+    left=$((LIMIT - SECONDS))
+    if ((tests_rc != 0)); then
+        echo "bench: skipped (pytest rc $tests_rc)"
+    elif ((left > 60)); then
+        step bench "$left" env BACK_LITE_LIBRARY="$L/$new.so" python3 bench/bench_attn.py --no-flex \
+            --out "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+        tail -8 "$OUT/bench.txt"
+    else
+        echo "bench: no time left ($left s)"
+    fi
 fi
