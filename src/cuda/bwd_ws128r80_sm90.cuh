@@ -431,6 +431,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) bwd_ws128r80_kernel(const __gri
                             : full;
         }
         if (!picked && blockIdx.x != 0) return;
+        // The dense walk is the chain's last candidate, its dependent the postprocess. Not
+        // picked, its CTA 0 lets that launch before waiting: the postprocess reads the totals
+        // and writers only (final since version 10's trigger), its CTAs without rows to convert
+        // leave at once and the others wait, CTA 0 among them. Else the postprocess's grid
+        // started only once this one completed, after the main kernels: ~20 us of CTAs that
+        // return at the end of a call whose light tiles DIRECT wrote
+        // (bench/results/bwd-s125-ncu-dram.txt).
+        if constexpr (ENTRIES == R80_DENSE) {
+            if (!picked) griddep_launch_dependents();
+        }
         griddep_wait();
         if (!picked) return;
     }
