@@ -599,6 +599,36 @@ def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_gpu_heavy_row_tiles_in_a_poisoned_workspace(monkeypatch, head_dim, causal):
+    """The light / heavy row-tile forms (version 10's DIRECT form at head dim 128, the persistent
+    kernel's DQ16 form at 64) in a workspace that starts as NaN bits: the fp32 accumulator's
+    zeros are written only for the heavy tiles (more than 16 entries), which add into it, so a
+    heavy tile whose zeros were missed, or a light or empty one whose accumulator rows were read,
+    would carry NaN into dq. Tiles of 0, 1, 2, 16 / 5, 17 and every allowed entry in one call."""
+    real_empty = workspace_pool.empty
+    poisoned_bytes = []
+
+    def poisoned(nbytes, device, compressible):
+        poisoned_bytes.append(nbytes)
+        return real_empty(nbytes, device, compressible).fill_(0xFF)
+
+    monkeypatch.setattr(workspace_pool, "empty", poisoned)
+    q, k, v = random_qkv(1, 4000, 4096, 4, 4, head_dim, torch.bfloat16, DEV)
+    dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
+    out, lse, _ = back_lite.forward(q, k, v, causal=causal)
+    counts = (0, 1, 2, 5, 16, 17) if head_dim == 128 else (0, 1, 2, 16, 1, 17)
+    mask = light_and_heavy_rows_mask(4, 4000, 4096, causal, torch.Generator().manual_seed(7),
+                                     counts=counts)
+    assert mask.sum(-1).float().mean() <= 16  # under both forms' gates (16.5 / 16)
+    assert (mask.sum(-1) > 16).any()  # heavy tiles present
+    poisoned_bytes.clear()
+    got = back_lite.backward(dout, q, k, v, out, lse, mask=mask, causal=causal)
+    assert poisoned_bytes, "the backward's workspace did not come through workspace_pool.empty"
+    check_masked_backward(got, q, k, v, out, dout, causal, mask)
+
+
 @pytest.mark.parametrize("keep", [0.02, 0.9])
 def test_gpu_low_keep_schedule_windows(keep):
     """A non-causal head-dim-128 call with short heads (fewer than 256 key tiles) sorts its
