@@ -566,10 +566,25 @@ def test_gpu_lists_with_more_units_than_ctas(causal, keep):
     check_masked_backward(got, q, k, v, out, dout, causal, mask)
 
 
+@pytest.fixture
+def poisoned_bytes(monkeypatch):
+    """Every workspace the backward takes from workspace_pool.empty starts as NaN bits (ints -1);
+    the sizes asked for are listed in the returned list (clear it before the call under test)."""
+    real_empty = workspace_pool.empty
+    sizes = []
+
+    def poisoned(nbytes, device, compressible):
+        sizes.append(nbytes)
+        return real_empty(nbytes, device, compressible).fill_(0xFF)
+
+    monkeypatch.setattr(workspace_pool, "empty", poisoned)
+    return sizes
+
+
 @pytest.mark.parametrize("causal,heads_k,keep,head_dim", [
     (False, 4, 0.05, 128), (False, 4, 0.15, 128), (False, 4, 0.4, 128), (False, 4, 1.0, 128),
     (False, 2, 0.15, 128), (True, 4, 0.15, 128), (True, 1, 0.4, 128), (False, 1, 0.15, 64)])
-def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep, head_dim):
+def test_gpu_backward_in_a_poisoned_workspace(poisoned_bytes, causal, heads_k, keep, head_dim):
     """Every call's workspace starts as NaN bits (ints -1): the backward must write all it
     reads (the dq accumulator's zeros, Dlt, the lists, counts, totals, schedule, dq writers, a
     split call's per-column part counts), or NaN or stale values reach the gradients. 32 + 1
@@ -579,14 +594,6 @@ def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep
     column's query heads (bl_bwd_head_split), at head dim 64 too, and their dK / dV are summed
     by whichever CTA counts a column's last part. (Written for the dq-claims probe, which
     skipped the zeros where version 10 runs: dev/cuda/wip/bwd-dq-claims.patch.)"""
-    real_empty = workspace_pool.empty
-    poisoned_bytes = []
-
-    def poisoned(nbytes, device, compressible):
-        poisoned_bytes.append(nbytes)
-        return real_empty(nbytes, device, compressible).fill_(0xFF)
-
-    monkeypatch.setattr(workspace_pool, "empty", poisoned)
     q, k, v = random_qkv(1, 1000, 4100, 4, heads_k, head_dim, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
@@ -601,20 +608,13 @@ def test_gpu_backward_in_a_poisoned_workspace(monkeypatch, causal, heads_k, keep
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [128, 64])
-def test_gpu_heavy_row_tiles_in_a_poisoned_workspace(monkeypatch, head_dim, causal):
+def test_gpu_heavy_row_tiles_in_a_poisoned_workspace(poisoned_bytes, head_dim, causal):
     """The light / heavy row-tile forms (version 10's DIRECT form at head dim 128, the persistent
-    kernel's DQ16 form at 64) in a workspace that starts as NaN bits: the fp32 accumulator's
-    zeros are written only for the heavy tiles (more than 16 entries), which add into it, so a
-    heavy tile whose zeros were missed, or a light or empty one whose accumulator rows were read,
-    would carry NaN into dq. Tiles of 0, 1, 2, 16 / 5, 17 and every allowed entry in one call."""
-    real_empty = workspace_pool.empty
-    poisoned_bytes = []
-
-    def poisoned(nbytes, device, compressible):
-        poisoned_bytes.append(nbytes)
-        return real_empty(nbytes, device, compressible).fill_(0xFF)
-
-    monkeypatch.setattr(workspace_pool, "empty", poisoned)
+    kernel's DQ16 form at 64) in a workspace that starts as NaN bits: at head dim 128 the fp32
+    accumulator's zeros are written (once the device's pick is known) only for the heavy tiles
+    (more than 16 entries), which add into it, so a heavy tile whose zeros were missed, or a
+    light or empty one whose accumulator rows were read, would carry NaN into dq. Tiles of 0, 1,
+    2, 5 / 16, 17 and every allowed entry in one call."""
     q, k, v = random_qkv(1, 4000, 4096, 4, 4, head_dim, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
