@@ -289,12 +289,30 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // zeros in the preprocess cost the calls that pick the accumulator's kernel 7-13 us (v2's zero
 // CTAs of either kind among the row CTAs: 68-71 us against 58; v3 / v3b / v3c's pick read in
 // the row CTAs: bench/results/bwd-s103-dq16-v3.txt, bwd-s105-dq16-v3c.txt). So here the row
-// CTAs are the shipped ones -- the whole fp32 accumulator zeroed in every call, which is what
-// the DIRECT form's heavy tiles and every other kernel need -- and only dq's zeros for light
-// tiles are the zero CTAs' (PP_ZERO_TILES tiles each). By default they run after every row CTA,
-// when the pick is known: where it is the accumulator's they return at once, where it is DIRECT
-// they zero dq's light tiles that have other than one entry (a tile's only entry stores). A zero
-// CTA that finds no pick yet zeroes dq in all its tiles (the writer counts may not be there).
+// CTAs zero the whole fp32 accumulator as in every other call -- what every kernel but the
+// DIRECT form needs, and a phase that costs little beside their reads -- unless (head dim 128:
+// pp_rows_read_pick) the pick they read, one relaxed load a warp beside their out / dO loads, is
+// already DIRECT. The zero CTAs (PP_ZERO_TILES tiles each) run after every row CTA, when the pick
+// is known (the schedule publishes it once the lists are counted, ~20 us into a 16k x 16 call,
+// long before the row CTAs end):
+// - where it is the accumulator's they return at once;
+// - where it is DIRECT they zero the fp32 rows of the heavy tiles (head dim 128) -- no other
+//   tile's rows are read: the light ones are in dq, the ones without entries are zeros in the
+//   conversion (postprocess_rows_block) -- and dq's light tiles that have other than one entry
+//   and no claim (bl_bwd_dq16_zeroed);
+// - a zero CTA that finds no pick yet zeroes the fp32 rows of all its tiles (head dim 128) and
+//   dq in all of them (the writer counts may not be there).
+// Why every heavy tile's rows are zeros where the pick is DIRECT: the pick is written once a call
+// (after the lists kernel's reset, fenced before the chain launches the preprocess), so the zero
+// CTA that owns the tile reads DIRECT or nothing yet, and zeroes its rows either way -- whatever
+// the row CTAs read. Where it is not DIRECT no row CTA can have read DIRECT, so they zeroed all.
+// (A first form zeroed an even share of the whole accumulator where the pick was not there yet:
+// a zero CTA that read nothing while the row CTAs over its tiles' rows read DIRECT, and the one
+// whose share held those rows read DIRECT too, would have left them unzeroed.)
+// The row CTAs that run before the pick is published (~25 % of them at 16k x 16) still zero
+// their part. Moving every accumulator zero into the zero CTAs (all of it behind the reads where
+// the pick is the accumulator's) made those calls' preprocess 77 -> 146 us on an H100
+// (bench/results/bwd-s130-zeros-heavy-only.txt, call 2).
 // Dev builds (dev/cuda/dq16_device.sh time): -DBL_PP_ZERO_FIRST_ROWS=N puts the first zero CTA
 // after N row CTAs and spreads the rest evenly over the grid (v2's placement);
 // -DBL_PP_ZERO_TILES=N gives each zero CTA N tiles; -DBL_PP_ZERO_COUNTS counts the zero CTAs by
@@ -313,6 +331,14 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 #endif
 enum { PP_ZERO_MIN_CTAS = 8, PP_ZERO_FIRST_ROWS = BL_PP_ZERO_FIRST_ROWS,
        PP_ZERO_TILES = BL_PP_ZERO_TILES };
+// Whether the row CTAs read the pick and leave the accumulator's zeros of a DIRECT call to the
+// zero CTAs (above): head dim 128 only. At head dim 64 (the persistent kernel's DQ16 form) that
+// took 3 us off light calls without a selection but made the window schedule beside the
+// preprocess ~17 us longer on calls with one (16k x 16 x 64 video negl 0.5 270 -> 295 us a call,
+// negl 0.2 1368 -> 1400, causal negl 0.5 237 -> 258; bench/results/bwd-s130-zeros-heavy-only.txt,
+// call 5), so there the row CTAs zero the whole accumulator in every call, as before.
+template <int D>
+__host__ __device__ __forceinline__ constexpr bool pp_rows_read_pick() { return D == 128; }
 struct pp_zero_args {
     uint16_t *dq;            // (B, Sq, Hq, D) in the dtype, strides below
     int64_t sb, ss, sh;
@@ -324,14 +350,18 @@ struct pp_zero_args {
     int64_t tiles;           // the 64-row tiles, B x Hq x tiles_m
     int64_t first_rows;      // the row CTAs before the first zero CTA
     unsigned period;         // then a zero CTA every `period` CTAs (>= 1)
+    // (last, so that the members above keep their offsets: the head-dim-64 kernel, which does
+    // not use it, compiles to the SASS measured before it)
+    float *dq_accum;         // bl_bwd_workspace::dq_accum, (B, Sq, Hq, D) where DIRECT runs
 };
 
 // Zero CTA `cta`: tiles cta * PP_ZERO_TILES .. of (b, h, m) in dq_writers' order; with
-// BL_ZEROS_DQ16 the rows of dq of those that are light (bl_bwd_dq16_tile) with other than one
-// entry -- with z.dq_claims (head dim 128) only those with none: there the first entry of a tile
-// of several stores and the others add behind it (bl_bwd_workspace::dq_claims) --, with
-// BL_ZEROS_UNKNOWN the rows of dq of all, with BL_ZEROS_ACCUM none. Both of the first two
-// reset the tiles' claims.
+// BL_ZEROS_DQ16 the fp32 accumulator's rows of those that are heavy (not bl_bwd_dq16_tile: the
+// DIRECT form's layout, (B, Sq, Hq, D); head dim 128) and the rows of dq of those that are light
+// with other than one entry -- with z.dq_claims (head dim 128) only those with none: there the
+// first entry of a tile of several stores and the others add behind it
+// (bl_bwd_workspace::dq_claims) --, with BL_ZEROS_UNKNOWN the accumulator's rows (head dim 128)
+// and dq's rows of all, with BL_ZEROS_ACCUM none. Both of the first two reset the tiles' claims.
 template <int D>
 __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, const pp_zero_args &z,
                                                       int64_t cta) {
@@ -356,15 +386,31 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
         const int64_t tile = cta * PP_ZERO_TILES + j;
         if (tile >= z.tiles) return;
         if (z.dq_claims != nullptr && threadIdx.x == 0) z.dq_claims[tile] = 0u;
+        // the tile's fp32 rows (head dim 128: pp_rows_read_pick), its dq rows (BL_ZEROS_ACCUM
+        // returned above, so a pick read here is DIRECT's)
+        bool accum = pp_rows_read_pick<D>() && bl_bwd_zero_cta_zeroes_accum(false, false, 0u);
+        bool rows16 = true;
         if (kind == BL_ZEROS_DQ16) {
             const unsigned w = bl_bwd_tile_writers(
                 __ldcg(reinterpret_cast<const uint4 *>(z.dq_writers) + tile));
-            if (!bl_bwd_dq16_zeroed(w, z.dq_claims != nullptr)) continue;
+            accum = pp_rows_read_pick<D>() && bl_bwd_zero_cta_zeroes_accum(true, true, w);
+            rows16 = bl_bwd_dq16_zeroed(w, z.dq_claims != nullptr);
+            if (!accum && !rows16) continue;
         }
         const int64_t m = tile % dm.tiles_m;
         const int64_t h = (tile / dm.tiles_m) % dm.heads_q;
         const int64_t b = tile / (dm.tiles_m * dm.heads_q);
         const int rows = (int)min((int64_t)BL_BWD_TM, dm.seqlen_q - m * BL_BWD_TM);
+        if (accum) {
+            float *acc0 = z.dq_accum + ((b * dm.seqlen_q + m * BL_BWD_TM) * dm.heads_q + h) * D;
+            for (int x = threadIdx.x; x < rows * TPR; x += PP_THREADS) {
+                float4 *acc = reinterpret_cast<float4 *>(acc0 + (int64_t)(x / TPR) * dm.heads_q * D +
+                                                         (x % TPR) * PP_VEC);
+                acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+                acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+        if (!rows16) continue;
         uint16_t *row0 = z.dq + b * z.sb + m * BL_BWD_TM * z.ss + h * z.sh;
         for (int x = threadIdx.x; x < rows * TPR; x += PP_THREADS)
             *reinterpret_cast<uint4 *>(row0 + (x / TPR) * z.ss + (x % TPR) * PP_VEC) =
@@ -400,9 +446,10 @@ struct pp_rows_args {
 // (bl_bwd_workspace) is filled too, and a split call's dkv_done (done_cols ints; NULL: none)
 // zeroed (all of them members of `a`). block: this CTA's index among those that run this, blocks
 // their number (0: the grid).
-template <typename T, int D>
+template <typename T, int D, bool PICK = false>
 __device__ __forceinline__ void preprocess_rows(const bl_bwd_dims &dm, const pp_rows_args &a,
-                                                int64_t block, int64_t blocks) {
+                                                int64_t block, int64_t blocks,
+                                                const int *zeros_pick = nullptr) {
     const uint16_t *__restrict__ out = a.out;
     const uint16_t *__restrict__ dout = a.dout;
     const float *__restrict__ lse = a.lse;
@@ -441,7 +488,16 @@ __device__ __forceinline__ void preprocess_rows(const bl_bwd_dims &dm, const pp_
 #pragma unroll
         for (int e = 0; e < PP_VEC; ++e) dot += bits_to_float<T>(o.h[e]) * bits_to_float<T>(g.h[e]);
     }
-    if (tid * PP_VEC < dm.batch * zero_rows * dm.heads_q * D) {
+    bool zero = tid * PP_VEC < dm.batch * zero_rows * dm.heads_q * D;
+    if (PICK) {
+        // (relaxed: a DIRECT seen here is this call's -- the lists kernel reset the pick and
+        // fenced before this grid could launch -- and any other value means zero as before)
+        int kind = BL_ZEROS_UNKNOWN;
+        if ((threadIdx.x & 31) == 0)
+            asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(kind) : "l"(zeros_pick + 1));
+        zero = zero && bl_bwd_rows_zero_accum(__shfl_sync(0xffffffffu, kind, 0) == BL_ZEROS_DQ16);
+    }
+    if (zero) {
         float4 *acc = reinterpret_cast<float4 *>(dq_accum + tid * PP_VEC);
         acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
         acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -496,7 +552,8 @@ bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_a
     if (zero)
         preprocess_zero_tiles<D>(dm, z, group);
     else
-        preprocess_rows<T, D>(dm, a, blockIdx.x - zeros_before, z.row_blocks);
+        preprocess_rows<T, D, pp_rows_read_pick<D>()>(dm, a, blockIdx.x - zeros_before, z.row_blocks,
+                                                      z.zeros_pick);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
@@ -811,6 +868,7 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
         z.zeros_pick = ws->zeros_pick;
         z.dq_writers = ws->dq_writers;
         z.dq_claims = D == 128 ? ws->dq_claims : NULL;  // (the DQ16 form adds onto zeros)
+        z.dq_accum = ws->dq_accum;
         z.row_blocks = blocks;
         z.zero_blocks = zero_blocks;
         z.first_rows = PP_ZERO_FIRST_ROWS < 0          ? blocks

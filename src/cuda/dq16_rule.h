@@ -12,7 +12,8 @@
  * dq -- stored by a tile's only entry or by the first of its entries to claim it
  * (bl_bwd_workspace::dq_claims), added to by the others' 16-bit TMA reduce-adds once that store
  * has completed -- so that neither the fp32 adds nor the accumulator's conversion are paid there
- * (its zeros still are: the preprocess writes them before the pick is known). Heavier tiles add
+ * (nor, mostly, its zeros: the preprocess's row CTAs that read the pick as DIRECT skip them, and
+ * its zero CTAs zero the heavy tiles' rows; bwd_prepost_sm90.cu). Heavier tiles add
  * into the fp32 accumulator as every other kernel does. Rounding after each add costs precision
  * with the entries: relative RMS dq error, bf16 head dim 128, 2.35e-3 for one entry, 3.55e-3 at
  * 4, 5.54e-3 at 16, 1.37e-2 at 128, against 2.35e-3 summed in fp32 and 6.5-7.8e-3 for PyTorch's
@@ -54,6 +55,21 @@ BL_DQ16_FN bool bl_bwd_dq16_adds(unsigned writers, bool claimed, unsigned before
 /* It waits for the first claimant's store (BL_DQ_CLAIM_STORED) before adding. */
 BL_DQ16_FN bool bl_bwd_dq16_waits(bool claimed, unsigned before) {
     return claimed && before != 0;
+}
+
+/* Who zeroes the fp32 accumulator of a call that may run the DIRECT form (head dim 128), by the
+ * device's pick as each CTA read it (bl_bwd_workspace::zeros_pick: written once a call, so a CTA
+ * reads nothing yet or the call's own pick). A preprocess row CTA zeroes its part of the whole
+ * accumulator unless it read DIRECT. */
+BL_DQ16_FN bool bl_bwd_rows_zero_accum(bool read_direct) { return !read_direct; }
+
+/* A zero CTA zeroes the fp32 rows of one of its tiles where it read no pick yet (`read_pick`
+ * false: `writers` unknown), or read DIRECT and the tile is heavy: the rows the DIRECT form reads
+ * (the conversion skips light tiles and reads none of a tile without entries). Together with
+ * the row CTAs' rule every row that a call reads is zeroed, whatever each CTA read
+ * (tests/c/test_dq16_rule.c). */
+BL_DQ16_FN bool bl_bwd_zero_cta_zeroes_accum(bool read_pick, bool read_direct, unsigned writers) {
+    return !read_pick || (read_direct && !bl_bwd_dq16_tile(writers));
 }
 
 #endif /* BL_CUDA_DQ16_RULE_H */
