@@ -754,6 +754,87 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
     }
 }
 
+// The DIRECT forms' conversion (version 10's at head dim 128, the persistent head-dim-64
+// kernel's DQ16 form): only heavy tiles' rows are left to convert -- the light ones are in dq,
+// those without entries zeroed by the preprocess -- so at low keeps nearly every block part has
+// no row to write. With a CTA a part (the other layouts' grid) the kernel ended ~20 us after the
+// main kernels at 16k x 16 x 128 (~60 us at 32k x 24), a few CTAs an SM at a time each loading a
+// part's writers to find nothing; a one-wave grid striding part by part ran as long
+// (bench/results/bwd-s131-post-direct-strided.txt). Here the first `ctas` CTAs (one wave: the
+// kernel's CTAs an SM) take every ctas-th part in the grid's order, read the writers of up to
+// PP_THREADS of their parts at once (a part a thread), and convert only the parts with a heavy
+// tile; the others return. That took those calls' spans -9..-11 us at 16k x 16 x 128 and
+// -32..-46 us at 32k x 24 causal 3 % on an H100. blocks: the ROWS-row blocks. Dev checks:
+// -DBL_PP_DIRECT_CTAS=N uses N CTAs, so that the GPU tests' small calls take several rounds.
+#ifndef BL_PP_DIRECT_CTAS
+#define BL_PP_DIRECT_CTAS 0
+#endif
+enum { PP_DIRECT_CTAS = BL_PP_DIRECT_CTAS };
+// The conversion kernels' CTAs an SM, as before this path: their register counts without it
+// (48 causal, 32 without a causal mask, 30 light) held in spite of its loop, whose extra
+// registers (64 / 48 / 40) would take the accumulator's conversions to fewer CTAs an SM.
+__host__ __device__ constexpr int pp_picked_min_ctas(bool causal) { return causal ? 5 : 8; }
+enum { PP_LIGHT_MIN_CTAS = 8 };
+// Whether part `part` of block blk (postprocess_rows_block's) may have a row to write in a
+// DIRECT call: a row before Sq in a heavy 64-row tile (a superset is safe: the part rechecks).
+template <int ROWS>
+__device__ __forceinline__ bool pp_part_has_heavy(const bl_bwd_dims &dm,
+                                                  const uint8_t *__restrict__ dq_writers, int blk,
+                                                  int part) {
+    const int tiles = (int)(ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m);
+    const int h = blk % (int)dm.heads_q, m = (blk / (int)dm.heads_q) % tiles;  // pp_block_coords
+    const int b = blk / ((int)dm.heads_q * tiles);
+    constexpr int PART_ROWS = ROWS / PP_TILE_PARTS;
+    const int first = m * ROWS + part * PART_ROWS;
+    if (first >= dm.seqlen_q) return false;
+    const int last = (int)min((int64_t)first + PART_ROWS, dm.seqlen_q) - 1;
+    // (b, h)'s row tiles' writer runs, a uint4 a tile (bl_bwd_tile_writer_runs)
+    const uint8_t *row_tiles =
+        dq_writers + 16 * ((int64_t)(b * (int)dm.heads_q + h) * dm.tiles_m);
+    auto heavy = [&](int t) {
+        return !bl_bwd_dq16_tile(bl_bwd_tile_writers(bl_bwd_tile_writer_runs(row_tiles, t)));
+    };
+    // (the part's rows lie in one or two 64-row tiles)
+    return heavy(first / BL_BWD_TM) ||
+           (last / BL_BWD_TM != first / BL_BWD_TM && heavy(last / BL_BWD_TM));
+}
+template <typename T, int ROWS, int D = PP80_D>
+__device__ __forceinline__ void postprocess_rows_strided(const bl_bwd_dims &dm, float scale,
+                                                         const float *__restrict__ dq_accum,
+                                                         const uint8_t *__restrict__ dq_writers,
+                                                         uint16_t *__restrict__ dq, int64_t sb,
+                                                         int64_t ss, int64_t sh, int64_t blocks,
+                                                         int64_t ctas) {
+    // 32-bit part indices (a call's parts, B x Hq x Sq / 32, are far below 2^31) and the round's
+    // bits taken from shared memory one at a time: little is live across the conversion, which
+    // keeps the kernel's register count (pp_picked_min_ctas).
+    __shared__ unsigned heavy_parts[PP_THREADS / 32];  // a bit a part of the round
+    const int n = (int)min(ctas, (int64_t)gridDim.x);
+    if ((int)blockIdx.x >= n) return;
+    const int parts = (int)(blocks * PP_TILE_PARTS);
+    for (int w0 = (int)blockIdx.x; w0 < parts; w0 += PP_THREADS * n) {  // (uniform in the CTA)
+        const int w = w0 + (int)threadIdx.x * n;  // parts blockIdx.x + k n
+        const bool heavy = w < parts && pp_part_has_heavy<ROWS>(dm, dq_writers, w / PP_TILE_PARTS,
+                                                               w % PP_TILE_PARTS);
+        const unsigned votes = __ballot_sync(0xffffffffu, heavy);
+        if ((threadIdx.x & 31) == 0) heavy_parts[threadIdx.x / 32] = votes;
+        __syncthreads();
+        for (;;) {
+            int x = -1;  // the round's first part left (the same in every thread)
+            for (int j = 0; j < PP_THREADS / 32 && x < 0; ++j)
+                if (heavy_parts[j] != 0) x = 32 * j + __ffs(heavy_parts[j]) - 1;
+            if (x < 0) break;
+            __syncthreads();  // (all have read the bits)
+            if (threadIdx.x == 0) heavy_parts[x / 32] &= ~(1u << (x % 32));
+            const int v = w0 + x * n;
+            // (its __syncthreads_or orders the cleared bit before the next search)
+            postprocess_rows_block<T, ROWS, D>(dm, scale, dq_accum, dq_writers, true, dq, sb, ss,
+                                               sh, v / PP_TILE_PARTS, v % PP_TILE_PARTS);
+        }
+        __syncthreads();  // (heavy_parts: the next round's)
+    }
+}
+
 // The layout of the kernel the device picked, one launch (a second, empty one cost ~4 us per
 // call, bench/results/bwd-s14-rows80.txt run 7):
 // - BL_DQ_CHOSEN (CAUSAL: a masked causal call), whose picks are the aligned entries'
@@ -767,11 +848,12 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 // Both on the larger of the 64- and 80-row grids (PP_TILE_PARTS CTAs per block, each converting
 // its part of the rows: 40 or 32 of version 10's), whose extra CTAs return.
 template <typename T, bool CAUSAL>
-__global__ void __launch_bounds__(PP_THREADS)
+__global__ void __launch_bounds__(PP_THREADS, pp_picked_min_ctas(CAUSAL))
 bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                  const unsigned long long *__restrict__ totals,
                                  const uint8_t *__restrict__ dq_writers, bool dq_direct,
-                                 uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh) {
+                                 uint16_t *__restrict__ dq, int64_t sb, int64_t ss, int64_t sh,
+                                 int64_t direct_ctas) {
     __shared__ __align__(16) float tile[pp_tile_floats(PP80_ROWS)];  // the larger part
     // A programmatic dependent of the main kernels (bl_bwd_postprocess_launch). The totals and
     // dq_writers are final before it launches: the first main kernel lets its dependents launch
@@ -790,7 +872,10 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     dq_direct = dq_direct && bl_bwd_dq_direct_chosen(totals, dm);
     if (CAUSAL) {
         if (!bl_bwd_rows80_chosen(totals, true, false)) {
-            if (blk < r80_blocks)  // (waits where it writes)
+            if (dq_direct)
+                postprocess_rows_strided<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq, sb, ss,
+                                                       sh, r80_blocks, direct_ctas);
+            else if (blk < r80_blocks)  // (waits where it writes)
                 postprocess_rows_block<T, PP80_ROWS>(dm, scale, dq_accum, dq_writers, dq_direct,
                                                      dq, sb, ss, sh, blk, part);
             return;
@@ -809,7 +894,10 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
     const bool full = bl_bwd_masked_full(totals);
     const bool rows80 = bl_bwd_rows80_cheaper(totals, false, bl_bwd_keys_full(dm, false));
     if (!full && !rows80) {
-        if (blk < r64_blocks)  // (waits where it writes)
+        if (dq_direct)
+            postprocess_rows_strided<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh,
+                                                   r64_blocks, direct_ctas);
+        else if (blk < r64_blocks)  // (waits where it writes)
             postprocess_rows_block<T, BL_BWD_TM>(dm, scale, dq_accum, dq_writers, dq_direct, dq,
                                                  sb, ss, sh, blk, part);
         return;
@@ -834,16 +922,19 @@ bl_bwd_postprocess_picked_kernel(bl_bwd_dims dm, float scale, const float *__res
 // tiles are in dq and their CTAs return before any wait (postprocess_rows_block). CTA 0 always
 // waits, so that the grid still completes after the main kernels.
 template <typename T>
-__global__ void __launch_bounds__(PP_THREADS)
+__global__ void __launch_bounds__(PP_THREADS, PP_LIGHT_MIN_CTAS)
 bl_bwd_postprocess_light_kernel(bl_bwd_dims dm, float scale, const float *__restrict__ dq_accum,
                                 const unsigned long long *__restrict__ totals,
                                 const uint8_t *__restrict__ dq_writers, uint16_t *__restrict__ dq,
-                                int64_t sb, int64_t ss, int64_t sh) {
+                                int64_t sb, int64_t ss, int64_t sh, int64_t direct_ctas) {
     if (blockIdx.x == 0) griddep_wait();
-    postprocess_rows_block<T, BL_BWD_TM, 64>(dm, scale, dq_accum, dq_writers,
-                                             bl_bwd_ws64p_dq16_chosen(totals, dm), dq, sb, ss, sh,
-                                             blockIdx.x / PP_TILE_PARTS,
-                                             (int)(blockIdx.x % PP_TILE_PARTS));
+    if (bl_bwd_ws64p_dq16_chosen(totals, dm))
+        postprocess_rows_strided<T, BL_BWD_TM, 64>(dm, scale, dq_accum, dq_writers, dq, sb, ss, sh,
+                                                   dm.batch * dm.heads_q * dm.tiles_m, direct_ctas);
+    else
+        postprocess_rows_block<T, BL_BWD_TM, 64>(dm, scale, dq_accum, dq_writers, false, dq, sb,
+                                                 ss, sh, blockIdx.x / PP_TILE_PARTS,
+                                                 (int)(blockIdx.x % PP_TILE_PARTS));
 }
 
 template <typename T, int D>
@@ -909,6 +1000,12 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
     const int64_t r64_blocks = dm.batch * dm.heads_q * dm.tiles_m;
     const int64_t threads = dm.batch * dm.seqlen_q * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
+    int sms = 0;
+    BL_TRY(bl_sm_count(&sms));
+    // postprocess_rows_strided's CTAs: one wave of the kernel's
+    auto direct_ctas = [sms](int per_sm) {
+        return PP_DIRECT_CTAS > 0 ? (int64_t)PP_DIRECT_CTAS : (int64_t)sms * per_sm;
+    };
     if (layout != BL_DQ_ROWS && layout != BL_DQ_ROWS_PERMUTED && D != PP80_D)
         return bl_set_error(BL_ERR_INTERNAL, "dq accumulator in tiles at head dim %d", D);
     if (layout == BL_DQ_TILES64R || layout == BL_DQ_TILES80G) {
@@ -932,7 +1029,8 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
                                 dm, scale, (const float *)ws->dq_accum,
                                 (const unsigned long long *)ws->totals,
                                 (const uint8_t *)ws->dq_writers, dq_direct, (uint16_t *)dq.data,
-                                dq.stride_b, dq.stride_s, dq.stride_h));
+                                dq.stride_b, dq.stride_s, dq.stride_h,
+                                direct_ctas(pp_picked_min_ctas(!packed))));
         return BL_OK;
     }
     if (layout == BL_DQ_TILES80) {
@@ -952,7 +1050,7 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
                                 stream, true, dm, scale, (const float *)ws->dq_accum,
                                 (const unsigned long long *)ws->totals,
                                 (const uint8_t *)ws->dq_writers, (uint16_t *)dq.data, dq.stride_b,
-                                dq.stride_s, dq.stride_h));
+                                dq.stride_s, dq.stride_h, direct_ctas(PP_LIGHT_MIN_CTAS)));
         return BL_OK;
     }
     BL_CUDA_CHECK(bl_launch(bl_bwd_postprocess_kernel<T, D>, dim3((unsigned)blocks),
