@@ -63,8 +63,8 @@ CASES = [
     # whose light tiles of several entries add onto the zero CTAs' zeros (no claims there)
     (1, 1024, 4096, 8, 8, 64, False, "mask:0.15"),
     # ~14 entries a row tile, under both forms' gates, with a share of heavy tiles (> 16
-    # entries), whose rows alone add into the fp32 accumulator there (written for
-    # dev/cuda/wip/bwd-dq-zeros-heavy-only.patch, which zeroes only those rows)
+    # entries), whose rows alone add into the fp32 accumulator there (at head dim 128 only those
+    # rows are zeroed since the hundred-and-thirty-first session: bwd_prepost_sm90.cu)
     (1, 1024, 4096, 8, 8, 128, False, "mask:0.45"),
     (1, 1024, 4096, 8, 8, 64, False, "mask:0.45"),
 ]

@@ -763,7 +763,7 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 // (bench/results/bwd-s131-post-direct-strided.txt). Here the first `ctas` CTAs (one wave: the
 // kernel's CTAs an SM) take every ctas-th part in the grid's order, read the writers of up to
 // PP_THREADS of their parts at once (a part a thread), and convert only the parts with a heavy
-// tile; the others return. That took those calls' spans -9..-11 us at 16k x 16 x 128 and
+// tile; the others return. That took those calls' spans -7..-11 us at 16k x 16 x 128 and
 // -32..-46 us at 32k x 24 causal 3 % on an H100. blocks: the ROWS-row blocks. Dev checks:
 // -DBL_PP_DIRECT_CTAS=N uses N CTAs, so that the GPU tests' small calls take several rounds.
 #ifndef BL_PP_DIRECT_CTAS

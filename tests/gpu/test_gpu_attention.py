@@ -612,10 +612,10 @@ def test_gpu_heavy_row_tiles_in_a_poisoned_workspace(poisoned_bytes, head_dim, c
     """The light / heavy row-tile forms (version 10's DIRECT form at head dim 128, the persistent
     kernel's DQ16 form at 64) in a workspace that starts as NaN bits: only the heavy tiles (more
     than 16 entries) add into the fp32 accumulator, so a heavy tile whose zeros were missed, or a
-    light or empty one whose accumulator rows were read, would carry NaN into dq. (Written for
-    dev/cuda/wip/bwd-dq-zeros-heavy-only.patch, which zeroes the accumulator only for the heavy
-    tiles where the device picks the DIRECT form.) Tiles of 0, 1, 2, 5 / 16, 17 and every
-    allowed entry in one call."""
+    light or empty one whose accumulator rows were read, would carry NaN into dq. (At head dim 128
+    the accumulator is zeroed only for the heavy tiles where the device picks the DIRECT form,
+    and only their parts are converted: bwd_prepost_sm90.cu.) Tiles of 0, 1, 2, 5 / 16, 17 and
+    every allowed entry in one call."""
     q, k, v = random_qkv(1, 4000, 4096, 4, 4, head_dim, torch.bfloat16, DEV)
     dout = torch.randn(q.shape, device=DEV).to(torch.bfloat16)
     out, lse, _ = back_lite.forward(q, k, v, causal=causal)
