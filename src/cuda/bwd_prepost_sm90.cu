@@ -757,14 +757,15 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 // The DIRECT forms' conversion (version 10's at head dim 128, the persistent head-dim-64
 // kernel's DQ16 form): only heavy tiles' rows are left to convert -- the light ones are in dq,
 // those without entries zeroed by the preprocess -- so at low keeps nearly every block part has
-// no row to write. With a CTA a part (the other layouts' grid) the kernel ended ~20 us after the
-// main kernels at 16k x 16 x 128 (~60 us at 32k x 24), a few CTAs an SM at a time each loading a
-// part's writers to find nothing; a one-wave grid striding part by part ran as long
+// no row to write. With a CTA a part (the other layouts' grid) the kernel ended 11-20 us after
+// the main kernels at 16k x 16 x 128 (~56 us at 32k x 24 causal), a few CTAs an SM at a time
+// each loading a part's writers to find nothing; a one-wave grid striding part by part ran as long
 // (bench/results/bwd-s131-post-direct-strided.txt). Here the first `ctas` CTAs (one wave: the
 // kernel's CTAs an SM) take every ctas-th part in the grid's order, read the writers of up to
 // PP_THREADS of their parts at once (a part a thread), and convert only the parts with a heavy
 // tile; the others return. That took those calls' spans -7..-11 us at 16k x 16 x 128 and
-// -32..-46 us at 32k x 24 causal 3 % on an H100. blocks: the ROWS-row blocks. Dev checks:
+// -32..-46 us at 32k x 24 causal 3 % on an H100. (A ~23 us tail is left there; the
+// grid's other CTAs, which still launch to return, are the suspect, not measured.) blocks: the ROWS-row blocks. Dev checks:
 // -DBL_PP_DIRECT_CTAS=N uses N CTAs, so that the GPU tests' small calls take several rounds.
 #ifndef BL_PP_DIRECT_CTAS
 #define BL_PP_DIRECT_CTAS 0
