@@ -262,6 +262,13 @@ union bl_vec16 {
     uint16_t h[PP_VEC];
 };
 
+// Zeros for one thread's PP_VEC floats of the fp32 dq accumulator (16-byte aligned).
+static __device__ __forceinline__ void pp_zero_vec(float *p) {
+    float4 *acc = reinterpret_cast<float4 *>(p);
+    acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 template <typename T>
 static __device__ __forceinline__ float bits_to_float(uint16_t x);
 template <>
@@ -403,12 +410,8 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
         const int rows = (int)min((int64_t)BL_BWD_TM, dm.seqlen_q - m * BL_BWD_TM);
         if (accum) {
             float *acc0 = z.dq_accum + ((b * dm.seqlen_q + m * BL_BWD_TM) * dm.heads_q + h) * D;
-            for (int x = threadIdx.x; x < rows * TPR; x += PP_THREADS) {
-                float4 *acc = reinterpret_cast<float4 *>(acc0 + (int64_t)(x / TPR) * dm.heads_q * D +
-                                                         (x % TPR) * PP_VEC);
-                acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-                acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+            for (int x = threadIdx.x; x < rows * TPR; x += PP_THREADS)
+                pp_zero_vec(acc0 + (int64_t)(x / TPR) * dm.heads_q * D + (x % TPR) * PP_VEC);
         }
         if (!rows16) continue;
         uint16_t *row0 = z.dq + b * z.sb + m * BL_BWD_TM * z.ss + h * z.sh;
@@ -497,11 +500,7 @@ __device__ __forceinline__ void preprocess_rows(const bl_bwd_dims &dm, const pp_
             asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(kind) : "l"(zeros_pick + 1));
         zero = zero && bl_bwd_rows_zero_accum(__shfl_sync(0xffffffffu, kind, 0) == BL_ZEROS_DQ16);
     }
-    if (zero) {
-        float4 *acc = reinterpret_cast<float4 *>(dq_accum + tid * PP_VEC);
-        acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-        acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    if (zero) pp_zero_vec(dq_accum + tid * PP_VEC);
 #pragma unroll
     for (int off = TPR / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
     if (live && part == 0) {
@@ -764,9 +763,10 @@ __device__ __forceinline__ void postprocess_rows_block(const bl_bwd_dims &dm, fl
 // kernel's CTAs an SM) take every ctas-th part in the grid's order, read the writers of up to
 // PP_THREADS of their parts at once (a part a thread), and convert only the parts with a heavy
 // tile; the others return. That took those calls' spans -7..-11 us at 16k x 16 x 128 and
-// -32..-46 us at 32k x 24 causal 3 % on an H100. (A ~23 us tail is left there; the
-// grid's other CTAs, which still launch to return, are the suspect, not measured.) blocks: the ROWS-row blocks. Dev checks:
-// -DBL_PP_DIRECT_CTAS=N uses N CTAs, so that the GPU tests' small calls take several rounds.
+// -32..-46 us at 32k x 24 causal 3 % on an H100. (A ~23 us tail is left there; the grid's
+// other CTAs, which still launch to return, are the suspect, not measured.) blocks: the
+// ROWS-row blocks. Dev checks: -DBL_PP_DIRECT_CTAS=N uses N CTAs, so that the GPU tests' small
+// calls take several rounds.
 #ifndef BL_PP_DIRECT_CTAS
 #define BL_PP_DIRECT_CTAS 0
 #endif
@@ -783,7 +783,9 @@ __device__ __forceinline__ bool pp_part_has_heavy(const bl_bwd_dims &dm,
                                                   const uint8_t *__restrict__ dq_writers, int blk,
                                                   int part) {
     const int tiles = (int)(ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m);
-    const int h = blk % (int)dm.heads_q, m = (blk / (int)dm.heads_q) % tiles;  // pp_block_coords
+    // pp_block_coords's order in 32-bit arithmetic: this runs for every part of a DIRECT call, in
+    // a kernel held to its register count (pp_picked_min_ctas)
+    const int h = blk % (int)dm.heads_q, m = (blk / (int)dm.heads_q) % tiles;
     const int b = blk / ((int)dm.heads_q * tiles);
     constexpr int PART_ROWS = ROWS / PP_TILE_PARTS;
     const int first = m * ROWS + part * PART_ROWS;
