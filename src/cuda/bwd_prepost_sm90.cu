@@ -613,15 +613,33 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
 // order, each warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in
 // distinct banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
 constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
-// The (b, h, row tile m) block CTA blk of a tile layout's grid converts: heads fastest, so that
-// the CTAs in flight together write (and version 10's rows path reads) the same rows of every
-// head, contiguous in (B, Sq, Hq, D), rather than one head's rows, a piece out of every Hq
-// (bench/results/bwd-s39-prepost.txt: 4-8 us less at 32k x 24, up to 3 us at 16k x 16).
+// The (b, h, row tile m) block CTA blk of a tile layout's grid converts: heads fastest within
+// groups of PP_HEAD_GROUP heads (fewer where Hq is not a multiple), so that the CTAs in flight
+// together write (and version 10's rows path reads) the same rows of a few heads, contiguous in
+// (B, Sq, Hq, D), rather than one head's rows, a piece out of every Hq
+// (bench/results/bwd-s39-prepost.txt: 4-8 us less at 32k x 24, up to 3 us at 16k x 16); then the
+// row tiles, the groups and the batches, each last first. That is the reverse of the main
+// kernels' order -- their window schedule walks the (b, kv head) columns in order
+// (bl_bwd_schedule_window_kernel), a causal column's last row tiles last -- so the blocks
+// converted first are the ones most likely still in L2: the accumulator conversions' tails 1-3 us
+// shorter on causal calls, level without a causal mask (bench/results/bwd-s132-conversion-order.txt).
+constexpr int PP_HEAD_GROUP = 4;
+template <typename I>
+__device__ __forceinline__ void pp_block_coords_in(I batch, I heads, I tiles, I blk, I *b, I *h,
+                                                   I *m) {
+    const I group = heads % PP_HEAD_GROUP == 0 ? PP_HEAD_GROUP : heads % 2 == 0 ? 2 : 1;
+    const I per_batch = heads * tiles, x = blk % per_batch;
+    const I g = x / (group * tiles), r = x % (group * tiles);
+    *h = heads - group * (g + 1) + r % group;
+    *m = tiles - 1 - r / group;
+    *b = batch - 1 - blk / per_batch;
+}
+// (32-bit arithmetic: blk and the block count, B x Hq x tiles, are grid sizes)
 __device__ __forceinline__ void pp_block_coords(const bl_bwd_dims &dm, int64_t tiles, int64_t blk,
                                                 int64_t *b, int64_t *h, int64_t *m) {
-    *h = blk % dm.heads_q;
-    *m = (blk / dm.heads_q) % tiles;
-    *b = blk / (dm.heads_q * tiles);
+    int b32, h32, m32;
+    pp_block_coords_in<int>((int)dm.batch, (int)dm.heads_q, (int)tiles, (int)blk, &b32, &h32, &m32);
+    *b = b32, *h = h32, *m = m32;
 }
 // CTAs per block of the conversions: each converts a part of the block's rows (whole groups of
 // 8), so that a half block's shared memory and registers let 8 CTAs of 256 threads share an SM
@@ -785,8 +803,8 @@ __device__ __forceinline__ bool pp_part_has_heavy(const bl_bwd_dims &dm,
     const int tiles = (int)(ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m);
     // pp_block_coords's order in 32-bit arithmetic: this runs for every part of a DIRECT call, in
     // a kernel held to its register count (pp_picked_min_ctas)
-    const int h = blk % (int)dm.heads_q, m = (blk / (int)dm.heads_q) % tiles;
-    const int b = blk / ((int)dm.heads_q * tiles);
+    int b, h, m;
+    pp_block_coords_in<int>((int)dm.batch, (int)dm.heads_q, tiles, blk, &b, &h, &m);
     constexpr int PART_ROWS = ROWS / PP_TILE_PARTS;
     const int first = m * ROWS + part * PART_ROWS;
     if (first >= dm.seqlen_q) return false;
