@@ -10,6 +10,7 @@
 #include "bwd_common.cuh"
 #include "bwd_workspace.h"
 #include "ptx_sm90.cuh"
+#include "pp_block_order.h"
 
 // Every workspace piece starts on this boundary (16-byte vector and cp.async alignment, with room).
 #define BWD_WS_ALIGN 256
@@ -613,32 +614,12 @@ bl_bwd_postprocess_kernel(bl_bwd_dims dm, float scale, const float *__restrict__
 // order, each warp's part 4 floats apart (bank offsets: the 16 chunks of a row then fall in
 // distinct banks), and every thread converts 8 consecutive columns of a row (16-byte stores).
 constexpr int PP80_ROWS = BL_BWD_TM_DENSE, PP80_D = 128;
-// The (b, h, row tile m) block CTA blk of a tile layout's grid converts: heads fastest within
-// groups of PP_HEAD_GROUP heads (fewer where Hq is not a multiple), so that the CTAs in flight
-// together write (and version 10's rows path reads) the same rows of a few heads, contiguous in
-// (B, Sq, Hq, D), rather than one head's rows, a piece out of every Hq
-// (bench/results/bwd-s39-prepost.txt: 4-8 us less at 32k x 24, up to 3 us at 16k x 16); then the
-// row tiles, the groups and the batches, each last first. That is the reverse of the main
-// kernels' order -- their window schedule walks the (b, kv head) columns in order
-// (bl_bwd_schedule_window_kernel), a causal column's last row tiles last -- so the blocks
-// converted first are the ones most likely still in L2: the accumulator conversions' tails 1-3 us
-// shorter on causal calls, level without a causal mask (bench/results/bwd-s132-conversion-order.txt).
-constexpr int PP_HEAD_GROUP = 4;
-template <typename I>
-__device__ __forceinline__ void pp_block_coords_in(I batch, I heads, I tiles, I blk, I *b, I *h,
-                                                   I *m) {
-    const I group = heads % PP_HEAD_GROUP == 0 ? PP_HEAD_GROUP : heads % 2 == 0 ? 2 : 1;
-    const I per_batch = heads * tiles, x = blk % per_batch;
-    const I g = x / (group * tiles), r = x % (group * tiles);
-    *h = heads - group * (g + 1) + r % group;
-    *m = tiles - 1 - r / group;
-    *b = batch - 1 - blk / per_batch;
-}
-// (32-bit arithmetic: blk and the block count, B x Hq x tiles, are grid sizes)
+// The (b, h, row tile m) block CTA blk of a tile layout's grid converts, and why in that order:
+// pp_block_order.h (plain C, checked on the CPU by tests/c/test_pp_block_order.c).
 __device__ __forceinline__ void pp_block_coords(const bl_bwd_dims &dm, int64_t tiles, int64_t blk,
                                                 int64_t *b, int64_t *h, int64_t *m) {
     int b32, h32, m32;
-    pp_block_coords_in<int>((int)dm.batch, (int)dm.heads_q, (int)tiles, (int)blk, &b32, &h32, &m32);
+    bl_pp_block_coords((int)dm.batch, (int)dm.heads_q, (int)tiles, (int)blk, &b32, &h32, &m32);
     *b = b32, *h = h32, *m = m32;
 }
 // CTAs per block of the conversions: each converts a part of the block's rows (whole groups of
@@ -804,7 +785,7 @@ __device__ __forceinline__ bool pp_part_has_heavy(const bl_bwd_dims &dm,
     // pp_block_coords's order in 32-bit arithmetic: this runs for every part of a DIRECT call, in
     // a kernel held to its register count (pp_picked_min_ctas)
     int b, h, m;
-    pp_block_coords_in<int>((int)dm.batch, (int)dm.heads_q, tiles, blk, &b, &h, &m);
+    bl_pp_block_coords((int)dm.batch, (int)dm.heads_q, tiles, blk, &b, &h, &m);
     constexpr int PART_ROWS = ROWS / PP_TILE_PARTS;
     const int first = m * ROWS + part * PART_ROWS;
     if (first >= dm.seqlen_q) return false;
