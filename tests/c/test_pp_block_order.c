@@ -3,7 +3,8 @@
  * test call): over a grid of B x Hq x tiles CTAs every (b, h, m) block must be taken exactly once
  * -- a block taken twice and one never taken would leave dq rows unwritten -- for head counts
  * that are multiples of the head group, of 2 only, and odd; and the first block taken must be the
- * last one (the reverse of the main kernels' order, the point of the order). */
+ * last batch's last row tile of a head in the last group (the reverse of the main kernels' order,
+ * the point of the order). */
 #include <stdlib.h>
 
 #include "check.h"
