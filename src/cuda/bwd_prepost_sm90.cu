@@ -782,8 +782,9 @@ __device__ __forceinline__ bool pp_part_has_heavy(const bl_bwd_dims &dm,
                                                   const uint8_t *__restrict__ dq_writers, int blk,
                                                   int part) {
     const int tiles = (int)(ROWS == PP80_ROWS ? dm.tiles_m80 : dm.tiles_m);
-    // pp_block_coords's order in 32-bit arithmetic: this runs for every part of a DIRECT call, in
-    // a kernel held to its register count (pp_picked_min_ctas)
+    // the block's coordinates as postprocess_rows_block takes them (pp_block_order.h), without
+    // pp_block_coords' widening: this runs for every part of a DIRECT call, in a kernel held to
+    // its register count (pp_picked_min_ctas)
     int b, h, m;
     bl_pp_block_coords((int)dm.batch, (int)dm.heads_q, tiles, blk, &b, &h, &m);
     constexpr int PART_ROWS = ROWS / PP_TILE_PARTS;
