@@ -585,7 +585,7 @@ extern "C" bl_status bl_cuda_backward(const bl_attn_desc *d, bl_tensor q, bl_ten
     // (No preprocess on the dq-rows path: its kernel writes the Dlt / lse rows version 10 reads.)
     if (!dq_rows_first)
         BL_TRY(bl_bwd_preprocess_launch(dm, d->dtype, out, dout, lse, layout, carveout,
-                                        p.dq_direct != 0, dq, &ws, stream));
+                                        p.dq_direct != 0, selecting, dq, &ws, stream));
     if (dq_rows_first) {
         const bl_status st = bf16 ? launch_dqrows<__nv_bfloat16, 128>(rp, stream)
                                   : launch_dqrows<__half, 128>(rp, stream);

@@ -446,10 +446,10 @@ __device__ __forceinline__ uint4 bl_bwd_tile_writer_runs(const uint8_t *dq_write
 // the light tiles (bl_bwd_dq16_tile) once ws->zeros_pick says DIRECT or DQ16 -- at head dim 128
 // those without entries (a tile's first entry stores: bl_bwd_workspace::dq_claims, which they
 // reset), at 64 those of other than one entry -- and for all their tiles while it is not known
-// yet.
+// yet. selecting: a selection kernel runs in the call (the pick comes late; pp_rows_read_pick).
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   int carveout, bool dq16_zeros, bl_tensor dq,
+                                   int carveout, bool dq16_zeros, bool selecting, bl_tensor dq,
                                    const bl_bwd_workspace *ws, cudaStream_t stream);
 // bwd_prepost_sm90.cu: dq = scale * ws->dq_accum in the dtype, read in `layout`. dq_direct
 // (bwd_params::dq_direct): where version 10's DIRECT form was picked, the light row tiles

@@ -298,18 +298,18 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 // CTAs of either kind among the row CTAs: 68-71 us against 58; v3 / v3b / v3c's pick read in
 // the row CTAs: bench/results/bwd-s103-dq16-v3.txt, bwd-s105-dq16-v3c.txt). So here the row
 // CTAs zero the whole fp32 accumulator as in every other call -- what every kernel but the
-// DIRECT form needs, and a phase that costs little beside their reads -- unless (head dim 128:
-// pp_rows_read_pick) the pick they read, one relaxed load a warp beside their out / dO loads, is
-// already DIRECT. The zero CTAs (PP_ZERO_TILES tiles each) run after every row CTA, when the pick
-// is known (the schedule publishes it once the lists are counted, ~20 us into a 16k x 16 call,
-// long before the row CTAs end):
+// DIRECT form needs, and a phase that costs little beside their reads -- unless (head dim 128,
+// and 64 without a selection: pp_rows_read_pick) the pick they read, one relaxed load a warp
+// beside their out / dO loads, is already DIRECT. The zero CTAs (PP_ZERO_TILES tiles each) run
+// after every row CTA, when the pick is known (the schedule publishes it once the lists are
+// counted, ~20 us into a 16k x 16 call, long before the row CTAs end):
 // - where it is the accumulator's they return at once;
-// - where it is DIRECT they zero the fp32 rows of the heavy tiles (head dim 128) -- no other
-//   tile's rows are read: the light ones are in dq, the ones without entries are zeros in the
-//   conversion (postprocess_rows_block) -- and dq's light tiles that have other than one entry
-//   and no claim (bl_bwd_dq16_zeroed);
-// - a zero CTA that finds no pick yet zeroes the fp32 rows of all its tiles (head dim 128) and
-//   dq in all of them (the writer counts may not be there).
+// - where it is DIRECT they zero the fp32 rows of the heavy tiles (READ_PICK kernels) -- no
+//   other tile's rows are read: the light ones are in dq, the ones without entries are zeros in
+//   the conversion (postprocess_rows_block) -- and dq's light tiles that have other than one
+//   entry and no claim (bl_bwd_dq16_zeroed);
+// - a zero CTA that finds no pick yet zeroes the fp32 rows of all its tiles (READ_PICK kernels)
+//   and dq in all of them (the writer counts may not be there).
 // Why every heavy tile's rows are zeros where the pick is DIRECT: the pick is written once a call
 // (after the lists kernel's reset, fenced before the chain launches the preprocess), so the zero
 // CTA that owns the tile reads DIRECT or nothing yet, and zeroes its rows either way -- whatever
@@ -340,13 +340,16 @@ __device__ __forceinline__ uint16_t float_to_bits<__half>(float x) {
 enum { PP_ZERO_MIN_CTAS = 8, PP_ZERO_FIRST_ROWS = BL_PP_ZERO_FIRST_ROWS,
        PP_ZERO_TILES = BL_PP_ZERO_TILES };
 // Whether the row CTAs read the pick and leave the accumulator's zeros of a DIRECT call to the
-// zero CTAs (above): head dim 128 only. At head dim 64 (the persistent kernel's DQ16 form) that
-// took 3 us off light calls without a selection but made the window schedule beside the
-// preprocess ~17 us longer on calls with one (16k x 16 x 64 video negl 0.5 270 -> 295 us a call,
-// negl 0.2 1368 -> 1400, causal negl 0.5 237 -> 258; bench/results/bwd-s130-zeros-heavy-only.txt,
-// call 5), so there the row CTAs zero the whole accumulator in every call, as before.
-template <int D>
-__host__ __device__ __forceinline__ constexpr bool pp_rows_read_pick() { return D == 128; }
+// zero CTAs (above): at head dim 128 always; at head dim 64 (the persistent kernel's DQ16 form)
+// only where no selection kernel runs in the call. There the read takes 2-4 us off light calls,
+// but in a call with a selection the pick is published late, so nearly every row CTA reads it
+// for nothing, and ~65k warp loads of one address made the preprocess and the window schedule
+// beside it ~20 us longer (16k x 16 x 64 video negl 0.5 268 -> 290 us a call, causal negl 0.5
+// 235 -> 258: bench/results/bwd-s130-zeros-heavy-only.txt call 5, bwd-s132-pick-own-line.txt).
+// (The kernels take it as READ_PICK.)
+__host__ __forceinline__ bool pp_rows_read_pick(int head_dim, bool selecting) {
+    return head_dim == 128 || !selecting;
+}
 struct pp_zero_args {
     uint16_t *dq;            // (B, Sq, Hq, D) in the dtype, strides below
     int64_t sb, ss, sh;
@@ -365,12 +368,12 @@ struct pp_zero_args {
 
 // Zero CTA `cta`: tiles cta * PP_ZERO_TILES .. of (b, h, m) in dq_writers' order; with
 // BL_ZEROS_DQ16 the fp32 accumulator's rows of those that are heavy (not bl_bwd_dq16_tile: the
-// DIRECT form's layout, (B, Sq, Hq, D); head dim 128) and the rows of dq of those that are light
+// DIRECT form's layout, (B, Sq, Hq, D); READ_PICK) and the rows of dq of those that are light
 // with other than one entry -- with z.dq_claims (head dim 128) only those with none: there the
 // first entry of a tile of several stores and the others add behind it
-// (bl_bwd_workspace::dq_claims) --, with BL_ZEROS_UNKNOWN the accumulator's rows (head dim 128)
+// (bl_bwd_workspace::dq_claims) --, with BL_ZEROS_UNKNOWN the accumulator's rows (READ_PICK)
 // and dq's rows of all, with BL_ZEROS_ACCUM none. Both of the first two reset the tiles' claims.
-template <int D>
+template <int D, bool READ_PICK>
 __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, const pp_zero_args &z,
                                                       int64_t cta) {
     constexpr int TPR = D / PP_VEC;  // 16-byte pieces of a dq row
@@ -394,14 +397,14 @@ __device__ __forceinline__ void preprocess_zero_tiles(const bl_bwd_dims &dm, con
         const int64_t tile = cta * PP_ZERO_TILES + j;
         if (tile >= z.tiles) return;
         if (z.dq_claims != nullptr && threadIdx.x == 0) z.dq_claims[tile] = 0u;
-        // the tile's fp32 rows (head dim 128: pp_rows_read_pick), its dq rows (BL_ZEROS_ACCUM
-        // returned above, so a pick read here is DIRECT's)
-        bool accum = pp_rows_read_pick<D>() && bl_bwd_zero_cta_zeroes_accum(false, false, 0u);
+        // the tile's fp32 rows (where the row CTAs read the pick: READ_PICK), its dq rows
+        // (BL_ZEROS_ACCUM returned above, so a pick read here is DIRECT's)
+        bool accum = READ_PICK && bl_bwd_zero_cta_zeroes_accum(false, false, 0u);
         bool rows16 = true;
         if (kind == BL_ZEROS_DQ16) {
             const unsigned w = bl_bwd_tile_writers(
                 __ldcg(reinterpret_cast<const uint4 *>(z.dq_writers) + tile));
-            accum = pp_rows_read_pick<D>() && bl_bwd_zero_cta_zeroes_accum(true, true, w);
+            accum = READ_PICK && bl_bwd_zero_cta_zeroes_accum(true, true, w);
             rows16 = bl_bwd_dq16_zeroed(w, z.dq_claims != nullptr);
             if (!accum && !rows16) continue;
         }
@@ -534,8 +537,8 @@ bl_bwd_preprocess_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a)
 // The same with zero CTAs beside the row CTAs (preprocess_zero_tiles; head dim 128: version
 // 10's DIRECT form; head dim 64: the persistent kernel's DQ16 form, bwd_ws64p_sm90.cuh), at the
 // shipped form's 8 CTAs an SM (<= 32 registers): at 40 the row CTAs would run 6 an SM, fewer
-// loads in flight in a bandwidth-bound kernel.
-template <typename T, int D>
+// loads in flight in a bandwidth-bound kernel. READ_PICK: pp_rows_read_pick.
+template <typename T, int D, bool READ_PICK>
 __global__ void __launch_bounds__(PP_THREADS, PP_ZERO_MIN_CTAS)
 bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_args a,
                                pp_zero_args z) {
@@ -550,10 +553,10 @@ bl_bwd_preprocess_zeros_kernel(bl_bwd_dims dm, const __grid_constant__ pp_rows_a
     const unsigned zeros_before = blockIdx.x < (unsigned)z.first_rows ? 0u
                                   : min((unsigned)z.zero_blocks, (p + 1) / z.period);
     if (zero)
-        preprocess_zero_tiles<D>(dm, z, group);
+        preprocess_zero_tiles<D, READ_PICK>(dm, z, group);
     else
-        preprocess_rows<T, D, pp_rows_read_pick<D>()>(dm, a, blockIdx.x - zeros_before, z.row_blocks,
-                                                      z.zeros_pick);
+        preprocess_rows<T, D, READ_PICK>(dm, a, blockIdx.x - zeros_before, z.row_blocks,
+                                         z.zeros_pick);
     if (blockIdx.x == gridDim.x - 1) griddep_wait();
 }
 
@@ -943,8 +946,8 @@ bl_bwd_postprocess_light_kernel(bl_bwd_dims dm, float scale, const float *__rest
 template <typename T, int D>
 static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tensor dout,
                                   const float *lse, bl_dq_layout layout, int carveout,
-                                  bool dq16_zeros, bl_tensor dq, const bl_bwd_workspace *ws,
-                                  cudaStream_t stream) {
+                                  bool dq16_zeros, bool selecting, bl_tensor dq,
+                                  const bl_bwd_workspace *ws, cudaStream_t stream) {
     const int64_t threads = dm.batch * dm.seqlen_q_pad * dm.heads_q * (D / PP_VEC);
     const int64_t blocks = (threads + PP_THREADS - 1) / PP_THREADS;
     const int64_t zero_rows = bl_bwd_dq_accum_rows(dm, layout);
@@ -979,9 +982,13 @@ static bl_status preprocess_typed(const bl_bwd_dims &dm, bl_tensor out, bl_tenso
                             dout.stride_h, lse, ws->dlt, ws->lse_log2, ws->dq_accum, zero_rows,
                             ws->unkept_rows, ws->dkv_done, dm.batch * dm.heads_k * dm.tiles_n};
     if (dq16_zeros) {
-        BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_zeros_kernel<T, D>,
-                                dim3((unsigned)(blocks + zero_blocks)), dim3(PP_THREADS), 0, stream,
-                                /*dependent=*/true, carveout, dm, a, z));
+        auto kernel = bl_bwd_preprocess_zeros_kernel<T, D, true>;
+        if constexpr (D == 64)  // (head dim 128 always reads the pick)
+            if (!pp_rows_read_pick(D, selecting))
+                kernel = bl_bwd_preprocess_zeros_kernel<T, D, false>;
+        BL_CUDA_CHECK(bl_launch_carveout(kernel, dim3((unsigned)(blocks + zero_blocks)),
+                                         dim3(PP_THREADS), 0, stream, /*dependent=*/true, carveout,
+                                         dm, a, z));
         return BL_OK;
     }
     BL_CUDA_CHECK(bl_launch_carveout(bl_bwd_preprocess_kernel<T, D>, dim3((unsigned)blocks),
@@ -1065,14 +1072,14 @@ static bl_status postprocess_typed(const bl_bwd_dims &dm, float scale, bl_dq_lay
 
 bl_status bl_bwd_preprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, bl_tensor out,
                                    bl_tensor dout, const float *lse, bl_dq_layout layout,
-                                   int carveout, bool dq16_zeros, bl_tensor dq,
+                                   int carveout, bool dq16_zeros, bool selecting, bl_tensor dq,
                                    const bl_bwd_workspace *ws, cudaStream_t stream) {
     const bool bf16 = dtype == BL_DTYPE_BF16;
     auto typed = dm.head_dim == 64 ? (bf16 ? preprocess_typed<__nv_bfloat16, 64>
                                            : preprocess_typed<__half, 64>)
                                    : (bf16 ? preprocess_typed<__nv_bfloat16, 128>
                                            : preprocess_typed<__half, 128>);
-    return typed(dm, out, dout, lse, layout, carveout, dq16_zeros, dq, ws, stream);
+    return typed(dm, out, dout, lse, layout, carveout, dq16_zeros, selecting, dq, ws, stream);
 }
 
 bl_status bl_bwd_postprocess_launch(const bl_bwd_dims &dm, bl_dtype dtype, float scale,
