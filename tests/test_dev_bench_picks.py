@@ -61,3 +61,18 @@ def test_the_two_bench_rows_inside_the_direct_gate():
     assert rows[0.25]["mean"] == pytest.approx(16.2, abs=0.1)
     assert rows[0.1]["pick"] == "version 10 DIRECT"
     assert rows[1.0]["pick"].startswith("80 rows, the dense")
+
+
+def test_video_choice_weighs_with_the_same_rules():
+    """dev/cuda/video_choice.py picks through bench_picks.pick (no costs of its own): on a small
+    video input each negl_prob keeps less and gets one of the rule's names."""
+    vc = load_script("dev/cuda/video_choice.py", siblings=True)
+    assert not [name for name in vars(vc) if name.startswith("COST")]
+    rows = list(vc.choices(1024, 1, True))
+    assert [negl for negl, *_ in rows] == [0.01, 0.05, 0.2, 0.5]
+    kept = [k for _, k, *_ in rows]
+    assert kept == sorted(kept, reverse=True) and 0 < kept[-1] < kept[0] <= 1
+    names = {"80 rows packed", "80 rows aligned", "version 10", "version 10 DIRECT"}
+    for _, _, packed_share, p, run in rows:
+        assert p["pick"] in names or p["pick"].startswith("80 rows, the dense")
+        assert 0 < packed_share and run >= 1

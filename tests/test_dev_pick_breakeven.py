@@ -1,11 +1,10 @@
 """dev/cuda/pick_breakeven.py: the expected entry totals of the dev checker's random masks and
 the packed entry's cost constant from two call times."""
 import math
-import re
 
 import pytest
 
-from script_loader import ROOT, load_script
+from script_loader import load_script
 
 
 def load():
@@ -42,33 +41,3 @@ def test_breakeven_is_the_measured_ratio():
     _, _, cost = m.breakeven(4096, 4, True, 0.2, 64 * kept / 1000, 80 * packed / 1000)
     assert cost == pytest.approx(80.0)
 
-
-def header_costs():
-    """The pick's cost constants as src/cuda/bwd_common.cuh defines them."""
-    text = (ROOT / "src/cuda/bwd_common.cuh").read_text()
-    return {name: int(value) for name, value in re.findall(r"\b(BL_\w+_COST\w*) = (\d+)", text)}
-
-
-def test_video_choice_mirrors_the_device_costs():
-    """dev/cuda/video_choice.py replays the device's pick in Python: its constants must be the
-    header's (it imports torch and the bench, so its source is read, not imported)."""
-    costs = header_costs()
-    src = (ROOT / "dev/cuda/video_choice.py").read_text()
-
-    def assigned(*names):
-        for line in src.splitlines():
-            lhs, _, rhs = line.partition("=")
-            targets = [t.strip() for t in lhs.split(",")]
-            if all(n in targets for n in names) and rhs.strip():
-                values = [int(v) for v in rhs.split(",")]
-                return [values[targets.index(n)] for n in names]
-        raise AssertionError(f"{names} not assigned in video_choice.py")
-
-    assert assigned("COST64", "COST80") == [costs["BL_R64_ENTRY_COST"], costs["BL_R80_ENTRY_COST"]]
-    assert assigned("COST_PACKED", "COST_PACKED_KEYS_FULL", "COST_PACKED_CAUSAL") == [
-        costs["BL_PACKED_ENTRY_COST"], costs["BL_PACKED_ENTRY_COST_KEYS_FULL"],
-        costs["BL_PACKED_ENTRY_COST_CAUSAL"]]
-    assert assigned("KEY_TILE") == [int(re.search(r"#define BL_TILE_N (\d+)",
-                                                  (ROOT / "include/backlite.h").read_text())[1])]
-    assert assigned("COST_PACKED_VS_ALIGNED", "COST_PACKED_VS_ALIGNED_CAUSAL") == [
-        costs["BL_PACKED_VS_ALIGNED_COST"], costs["BL_PACKED_VS_ALIGNED_COST_CAUSAL"]]

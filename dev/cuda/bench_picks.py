@@ -6,7 +6,7 @@ sits to each of its rules' thresholds.
 For every MHA shape of bench/bench_attn.py (or --shape), with and without a causal mask, and every
 keep of RANDOM_MASK_KEEP, the bench's own mask (random_tile_mask, same seed, & the tiles a causal
 mask allows) is summed as the lists kernel sums its totals (64-row entries, aligned and packed
-80-row entries: video_choice.entry_totals), and the rules of src/cuda/bwd_common.cuh are applied
+80-row entries: entry_totals), and the rules of src/cuda/bwd_common.cuh are applied
 at the constants read from that header: head dim 128 -- the 80-row entries against version 10's
 64-row ones (bl_bwd_rows80_chosen, bl_bwd_packed_chosen) and version 10's DIRECT form
 (bl_bwd_dq_direct_chosen); head dim 64 -- the persistent kernel's 16-bit dq form
@@ -29,11 +29,10 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-sys.path.insert(0, HERE)
 from bench_attn import RANDOM_MASK_KEEP, SHAPES_FULL, random_tile_mask  # noqa: E402
-from video_choice import entry_totals  # noqa: E402
 
 TM, TN = 64, 128  # BL_BWD_TM, BL_TILE_N: the row and key tiles the totals count
+TM80 = 80  # BL_BWD_TM_DENSE: the 80-row kernel's query rows per entry
 # The constants the rules use, as bwd_common.cuh names them.
 RULE_CONSTANTS = ("BL_R80_ENTRY_COST", "BL_R64_ENTRY_COST", "BL_PACKED_ENTRY_COST",
                   "BL_PACKED_ENTRY_COST_KEYS_FULL", "BL_PACKED_ENTRY_COST_CAUSAL",
@@ -50,6 +49,21 @@ def header_constants(path: str = os.path.join(ROOT, "src", "cuda", "bwd_common.c
     if missing:
         raise KeyError(f"not in {path}: {', '.join(missing)}")
     return {name: found[name] for name in RULE_CONSTANTS}
+
+
+def entry_totals(m: torch.Tensor, s: int) -> tuple:
+    """(64-row entries, aligned 80-row entries, packed entries) of a mask m (H, Tm, Tn) over
+    s query rows, as the lists kernel counts them."""
+    tm = m.shape[1]
+    t64 = int(m.sum())
+    t80 = 0
+    for a in range((s + TM80 - 1) // TM80):  # the 64-row tiles an 80-row tile overlaps
+        lo, hi = (TM80 * a) // TM, min((TM80 * a + TM80 - 1) // TM, tm - 1)
+        t80 += int(m[:, lo:hi + 1].any(1).sum())
+    c = m.sum(1)  # (H, Tn): kept 64-row tiles per column
+    # bl_bwd_packed_count: a column's kept tiles end to end, ceil(64 c / 80); one if empty
+    packed = int(torch.where(c == 0, 1, (4 * c + 4) // 5).sum())
+    return t64, t80, packed
 
 
 def allowed_tiles(s: int, causal: bool) -> torch.Tensor:

@@ -1,9 +1,9 @@
-"""Which backward kernel the device's rule (bl_bwd_rows80_chosen) picks for the bench's video-grid
-inputs at each negl_prob: entries of 64 rows (the kept tiles) against aligned entries of 80 rows
-(every 80-row tile that overlaps a kept 64-row tile) and packed ones (a column's kept tiles end
-to end: ceil(4 c / 5)), at the costs of src/cuda/bwd_common.cuh, summed
-over all heads as the lists kernel sums its totals; and the mean run of kept 64-row tiles down a
-key tile's column. Q / K / V heads are one to one (the bench's video inputs).
+"""Which backward kernel the device's rules pick for the bench's video-grid inputs at each
+negl_prob: entries of 64 rows (the kept tiles) against aligned entries of 80 rows (every 80-row
+tile that overlaps a kept 64-row tile) and packed ones (a column's kept tiles end to end:
+ceil(4 c / 5)), summed over all heads as the lists kernel sums its totals and weighed by
+bench_picks.pick at the constants read from src/cuda/bwd_common.cuh; and the mean run of kept
+64-row tiles down a key tile's column. Q / K / V heads are one to one (the bench's video inputs).
 
     PYTHONPATH=. python3 dev/cuda/video_choice.py 16384 [--heads 1] [--causal] [--device cpu]
     (about 10 s at 16k with one head on the CPU; the bench's 16 / 24 heads want --device cuda)
@@ -15,29 +15,12 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_attn  # noqa: E402  (video_qkv, NEGL_PROBS)
+from bench_picks import TN, allowed_tiles, entry_totals, header_constants, pick  # noqa: E402
 from back_lite import functional as blf  # noqa: E402
 
-TM, TM80, COST64, COST80 = 64, 80, 64, 75
-# packed entries: against version 10's (78; 79 without a causal mask where the keys fill whole
-# key tiles, bl_bwd_keys_full; 77 with a causal mask: bl_bwd_rows80_cheaper), and against the
-# aligned ones (bl_bwd_packed_chosen: 75, 76 with a causal mask)
-COST_PACKED, COST_PACKED_KEYS_FULL, COST_PACKED_CAUSAL = 78, 79, 77
-KEY_TILE = 128
-COST_PACKED_VS_ALIGNED, COST_PACKED_VS_ALIGNED_CAUSAL = 75, 76
-
-
-def entry_totals(m, s):
-    """(64-row entries, aligned 80-row entries, packed entries) of a mask m (H, Tm, Tn)."""
-    tm = m.shape[1]
-    t64 = int(m.sum())
-    t80 = 0
-    for a in range((s + TM80 - 1) // TM80):
-        lo, hi = (TM80 * a) // TM, min((TM80 * a + TM80 - 1) // TM, tm - 1)
-        t80 += int(m[:, lo:hi + 1].any(1).sum())
-    c = m.sum(1)  # (H, Tn): kept 64-row tiles per column
-    packed = int(torch.where(c == 0, 1, (4 * c + 4) // 5).sum())
-    return t64, t80, packed
+HEAD_DIM = 128  # the rules compared here are head dim 128's
 
 
 def mean_run(m):
@@ -47,6 +30,21 @@ def mean_run(m):
     return float(m.sum()) / max(1, int(starts))
 
 
+def choices(s, heads, causal, device="cpu"):
+    """(negl_prob, kept share, packed / aligned entries, pick(), mean run) for each of the bench's
+    negl_probs on its video inputs (1, s, heads, 128)."""
+    c = header_constants()
+    q, k, v = bench_attn.video_qkv(1, s, heads, HEAD_DIM, torch.bfloat16, device)
+    _, _, w = blf.forward(q, k, v, causal=causal, with_stats=True)
+    allowed = int(allowed_tiles(s, causal).sum()) * heads  # (head, 64-row tile, key tile) pairs
+    for negl in bench_attn.NEGL_PROBS:
+        m = blf.select(w, negl)[0].bool().cpu()  # (H, Tm, Tn)
+        t64, t80, packed = entry_totals(m, s)
+        p = pick((t64, t80, allowed - t64, packed), heads * m.shape[1], HEAD_DIM, causal,
+                 s % TN == 0, c)
+        yield negl, t64 / m.numel(), packed / max(1, t80), p, mean_run(m)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("seqlen", type=int)
@@ -54,22 +52,10 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    s = args.seqlen
-    q, k, v = bench_attn.video_qkv(1, s, args.heads, 128, torch.bfloat16, args.device)
-    _, _, w = blf.forward(q, k, v, causal=args.causal, with_stats=True)
-    for negl in bench_attn.NEGL_PROBS:
-        m = blf.select(w, negl)[0].bool()  # (H, Tm, Tn)
-        t64, t80, packed = entry_totals(m, s)
-        vs_aligned = COST_PACKED_VS_ALIGNED_CAUSAL if args.causal else COST_PACKED_VS_ALIGNED
-        use_packed = packed * vs_aligned < t80 * COST80
-        cost_packed = (COST_PACKED_CAUSAL if args.causal
-                       else COST_PACKED_KEYS_FULL if s % KEY_TILE == 0 else COST_PACKED)
-        cost80 = packed * cost_packed if use_packed else t80 * COST80
-        ratio = cost80 / max(1, t64 * COST64)
-        pick = "64 rows" if ratio >= 1 else "80 rows packed" if use_packed else "80 rows aligned"
-        print(f"negl {negl}: kept {t64 / m.numel():.3f}, packed / aligned entries "
-              f"{packed / max(1, t80):.3f}, 80-row / 64-row cost {ratio:.3f} -> {pick}; "
-              f"mean run {mean_run(m):.1f} tiles")
+    for negl, kept, packed_share, p, run in choices(args.seqlen, args.heads, args.causal,
+                                                      args.device):
+        print(f"negl {negl}: kept {kept:.3f}, packed / aligned entries {packed_share:.3f}, "
+              f"80-row / 64-row cost {p['ratio']:.3f} -> {p['pick']}; mean run {run:.1f} tiles")
 
 
 if __name__ == "__main__":
