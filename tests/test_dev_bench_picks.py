@@ -1,8 +1,10 @@
 """dev/cuda/bench_picks.py: the device's kernel pick replayed on the bench's random masks, at the
 constants of src/cuda/bwd_common.cuh."""
+import re
+
 import pytest
 
-from script_loader import load_script
+from script_loader import ROOT, load_script
 
 
 def load():
@@ -14,6 +16,16 @@ def test_every_rule_constant_is_read_from_the_header():
     c = m.header_constants()
     assert set(c) == set(m.RULE_CONSTANTS)
     assert c["BL_R64_ENTRY_COST"] == 64 and c["BL_DQ_DIRECT_MAX_ENTRIES_X2"] == 33
+
+
+def test_tile_sizes_are_the_headers():
+    """The totals count the tiles the library does: BL_TILE_M / BL_TILE_N (include/backlite.h)
+    and the 80-row kernel's BL_BWD_TM_DENSE (src/cuda/bwd_common.cuh)."""
+    m = load()
+    text = "".join((ROOT / f).read_text() for f in ("include/backlite.h", "src/cuda/bwd_common.cuh"))
+    defined = dict(re.findall(r"#define (BL_\w+) (\d+)", text))
+    assert (m.TM, m.TN, m.TM80) == (int(defined["BL_TILE_M"]), int(defined["BL_TILE_N"]),
+                                    int(defined["BL_BWD_TM_DENSE"]))
 
 
 def test_a_renamed_constant_stops_the_tool(tmp_path):
