@@ -22,7 +22,8 @@ def test_tile_sizes_are_the_headers():
     """The totals count the tiles the library does: BL_TILE_M / BL_TILE_N (include/backlite.h)
     and the 80-row kernel's BL_BWD_TM_DENSE (src/cuda/bwd_common.cuh)."""
     m = load()
-    text = "".join((ROOT / f).read_text() for f in ("include/backlite.h", "src/cuda/bwd_common.cuh"))
+    headers = ("include/backlite.h", "src/cuda/bwd_common.cuh")
+    text = "".join((ROOT / f).read_text() for f in headers)
     defined = dict(re.findall(r"#define (BL_\w+) (\d+)", text))
     assert (m.TM, m.TN, m.TM80) == (int(defined["BL_TILE_M"]), int(defined["BL_TILE_N"]),
                                     int(defined["BL_BWD_TM_DENSE"]))
