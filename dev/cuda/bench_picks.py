@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_attn import RANDOM_MASK_KEEP, SHAPES_FULL, random_tile_mask  # noqa: E402
+from back_lite import functional as blf  # noqa: E402
 
 TM, TN = 64, 128  # BL_BWD_TM, BL_TILE_N: the row and key tiles the totals count
 TM80 = 80  # BL_BWD_TM_DENSE: the 80-row kernel's query rows per entry
@@ -67,13 +68,10 @@ def entry_totals(m: torch.Tensor, s: int) -> tuple:
 
 
 def allowed_tiles(s: int, causal: bool) -> torch.Tensor:
-    """(Tm, Tn) bool: the (64-row tile, key tile) pairs with an allowed key, Sq = Sk = s
-    (bl_bwd_allowed_row_tiles: the tile's last row sees the key tile's first key)."""
-    tm, tn = (s + TM - 1) // TM, (s + TN - 1) // TN
-    last_row = torch.clamp((torch.arange(tm) + 1) * TM, max=s) - 1
-    if not causal:
-        return torch.ones(tm, tn, dtype=torch.bool)
-    return last_row[:, None] >= torch.arange(tn)[None, :] * TN
+    """(Tm, Tn) bool: the (64-row tile, key tile) pairs with an allowed key, Sq = Sk = s -- the
+    package's computable_tiles, which the bench ANDs into its masks (the lists kernel's
+    bl_bwd_allowed_row_tiles: the tile's last row sees the key tile's first key)."""
+    return blf.computable_tiles(s, s, causal, "cpu")
 
 
 def pick(totals: tuple, row_tiles: int, head_dim: int, causal: bool, keys_full: bool,
