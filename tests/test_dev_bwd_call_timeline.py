@@ -75,3 +75,13 @@ def test_even_keeps_draw_the_plain_row_counts_from_even_key_tiles(keep):
     assert even.shape == plain.shape
     assert not even[..., 1::2].any()  # the odd key tiles (half the columns) empty
     assert (even.sum(-1) == plain.sum(-1)).all()  # the same tiles a row as the plain keep
+
+
+@pytest.mark.parametrize("keep", [0.03, 0.25, 0.5])
+def test_shared_rows_keep_whole_row_tiles_the_same_in_every_column(keep):
+    script = load_script("dev/cuda/bwd_call_timeline.py")
+    rows = script.shared_rows_mask(2, 3, 64, 32, keep, "cpu")
+    assert rows.shape == (2, 3, 64, 32)
+    assert (rows == rows[..., :1]).all()  # each row tile kept whole or not at all
+    assert (rows[..., 0].sum(-1) == round(keep * 64)).all()  # round(keep x Tm) rows a head
+    assert rows[0, 0, :, 0].tolist() != rows[0, 1, :, 0].tolist()  # drawn per head

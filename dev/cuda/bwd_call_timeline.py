@@ -7,7 +7,9 @@
 For each configuration (the dense call, a random tile mask keeping about `keep` of each row
 tile, as bench/bench_attn.py draws them, or `negl:P`: the selection at negl_prob P from the W of
 the bench's video-grid inputs, the selection kernel in the call; or `even:K`: as many tiles a
-row as keep K, drawn from the even key tiles only) it queues N calls, each behind a
+row as keep K, drawn from the even key tiles only; or `rows:K`: the same random K of the row tiles
+kept in every column of a head, so that the columns walked side by side read the same Q / dO rows
+in the same order, as the dense walk's do) it queues N calls, each behind a
 ~1 ms sleep kernel so that the host has queued the whole call before the GPU reaches it (as in
 the bench's back-to-back calls), and prints per kernel (or memset / copy) of the call: the
 median duration, the median gap from the previous one's end, and the call's span (first start
@@ -146,6 +148,19 @@ def even_tile_mask(b, h, tm, tn, keep, device):
     return mask
 
 
+def shared_rows_mask(b, h, tm, tn, keep, device, seed=0):
+    """(B, H, Tm, Tn) bool: round(keep x Tm) row tiles of each head, drawn at random, kept whole
+    -- every column of the head keeps the same rows. The same tiles in all as random_tile_mask's
+    rows-wise draw, laid out so that concurrent columns share their Q / dO rows and dq adds in
+    L2 (what the sparse walk's extra DRAM bytes would cost, bench/notes-bwd.md,
+    hundred-and-thirty-fourth session item 6)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    scores = torch.rand(b, h, tm, 1, generator=gen)
+    kth = max(1, round(keep * tm))
+    thresh = scores.topk(kth, dim=-2).values[..., -1:, :]
+    return (scores >= thresh).expand(b, h, tm, tn).contiguous().to(device)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="1,16384,16,128")
@@ -183,12 +198,12 @@ def main(argv=None) -> None:
                                                          negl_prob=negl, causal=args.causal)
         elif keep == "dense":
             fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
-        elif keep.startswith("even:"):
-            mask = even_tile_mask(b, h, tm, tn, float(keep[len("even:"):]), dev) & computable
-            fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
-                                                causal=args.causal)
         else:
-            mask = random_tile_mask(b, h, tm, tn, float(keep), dev) & computable
+            kind, _, frac = keep.rpartition(":")  # "" (the bench's random keep), even, rows
+            draws = {"": random_tile_mask, "even": even_tile_mask, "rows": shared_rows_mask}
+            if kind not in draws:
+                raise SystemExit(f"--keeps: unknown kind {kind!r} in {keep!r}")
+            mask = draws[kind](b, h, tm, tn, float(frac), dev) & computable
             fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
                                                 causal=args.causal)
         if args.nvtx:
