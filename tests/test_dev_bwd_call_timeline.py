@@ -85,3 +85,17 @@ def test_shared_rows_keep_whole_row_tiles_the_same_in_every_column(keep):
     assert (rows == rows[..., :1]).all()  # each row tile kept whole or not at all
     assert (rows[..., 0].sum(-1) == round(keep * 64)).all()  # round(keep x Tm) rows a head
     assert rows[0, 0, :, 0].tolist() != rows[0, 1, :, 0].tolist()  # drawn per head
+
+
+def test_keeps_name_their_draw_and_bad_ones_stop_with_the_value():
+    script = load_script("dev/cuda/bwd_call_timeline.py")
+    assert script.keep_kind("dense") == "dense"
+    assert script.keep_kind("negl:0.2") == "negl:0.2"
+    assert script.keep_kind("0.25") == (script.random_tile_mask, 0.25)
+    assert script.keep_kind("rows:0.5") == (script.shared_rows_mask, 0.5)
+    assert script.keep_kind("even:0.03") == (script.even_tile_mask, 0.03)
+    for bad, says in [("cols:0.5", "unknown kind 'cols' in 'cols:0.5'"),
+                      ("rows:x", "'rows:x' has no number")]:
+        with pytest.raises(SystemExit) as e:
+            script.keep_kind(bad)
+        assert says in str(e.value)

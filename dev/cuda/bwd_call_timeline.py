@@ -150,15 +150,34 @@ def even_tile_mask(b, h, tm, tn, keep, device):
 
 def shared_rows_mask(b, h, tm, tn, keep, device, seed=0):
     """(B, H, Tm, Tn) bool: round(keep x Tm) row tiles of each head, drawn at random, kept whole
-    -- every column of the head keeps the same rows. The same tiles in all as random_tile_mask's
-    rows-wise draw, laid out so that concurrent columns share their Q / dO rows and dq adds in
-    L2 (what the sparse walk's extra DRAM bytes would cost, bench/notes-bwd.md,
-    hundred-and-thirty-fourth session item 6)."""
+    -- every column of the head keeps the same rows. As many tiles in all as random_tile_mask
+    keeps at the same keep, laid out so that the columns walked side by side share their Q / dO
+    rows and dq adds in L2 (what a random mask's extra DRAM bytes cost the walk,
+    bench/results/bwd-s138-shared-rows.txt)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     scores = torch.rand(b, h, tm, 1, generator=gen)
     kth = max(1, round(keep * tm))
     thresh = scores.topk(kth, dim=-2).values[..., -1:, :]
     return (scores >= thresh).expand(b, h, tm, tn).contiguous().to(device)
+
+
+# The tile masks a --keeps item names: "K" (the bench's random keep), "even:K", "rows:K".
+MASK_DRAWS = {"": random_tile_mask, "even": even_tile_mask, "rows": shared_rows_mask}
+
+
+def keep_kind(keep: str):
+    """The --keeps item `keep` checked: "dense", "negl:P", or (mask draw, keep fraction)."""
+    if keep == "dense":
+        return keep
+    kind, _, frac = keep.rpartition(":")
+    if kind != "negl" and kind not in MASK_DRAWS:
+        raise SystemExit(f"--keeps: unknown kind {kind!r} in {keep!r} (dense, K, negl:P, "
+                         f"even:K, rows:K)")
+    try:
+        value = float(frac)
+    except ValueError:
+        raise SystemExit(f"--keeps: {keep!r} has no number after its kind") from None
+    return keep if kind == "negl" else (MASK_DRAWS[kind], value)
 
 
 def main(argv=None) -> None:
@@ -176,6 +195,7 @@ def main(argv=None) -> None:
                          "that a start offset is not the host's)")
     args = ap.parse_args(argv)
     b, s, h, d, hk = parse_shape(args.shape, args.kv_heads)
+    keeps = [(keep, keep_kind(keep)) for keep in args.keeps.split(",")]  # (stops before the GPU)
     dev = torch.device("cuda")
     q, k, v = random_qkv(b, s, h, d, torch.bfloat16, dev)
     k, v = k[:, :, :hk].contiguous(), v[:, :, :hk].contiguous()
@@ -185,7 +205,7 @@ def main(argv=None) -> None:
     computable = blf.computable_tiles(s, s, args.causal, dev)
     print(f"shape {(b, s, h, d)} kv heads {hk} causal={args.causal} {torch.cuda.get_device_name()}")
     video = None
-    for keep in args.keeps.split(","):
+    for keep, kind in keeps:
         if keep.startswith("negl:"):
             if video is None:  # GQA / MQA: K / V cut to their first hk heads, as the bench does
                 qs, ks, vs = grouped(*video_qkv(b, s, h, d, torch.bfloat16, dev), hk)
@@ -199,11 +219,8 @@ def main(argv=None) -> None:
         elif keep == "dense":
             fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
         else:
-            kind, _, frac = keep.rpartition(":")  # "" (the bench's random keep), even, rows
-            draws = {"": random_tile_mask, "even": even_tile_mask, "rows": shared_rows_mask}
-            if kind not in draws:
-                raise SystemExit(f"--keeps: unknown kind {kind!r} in {keep!r}")
-            mask = draws[kind](b, h, tm, tn, float(frac), dev) & computable
+            draw, frac = kind
+            mask = draw(b, h, tm, tn, frac, dev) & computable
             fn = lambda mask=mask: blf.backward(dout, q, k, v, out, lse, mask=mask,
                                                 causal=args.causal)
         if args.nvtx:
