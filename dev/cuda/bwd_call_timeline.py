@@ -154,11 +154,8 @@ def shared_rows_mask(b, h, tm, tn, keep, device, seed=0):
     keeps at the same keep, laid out so that the columns walked side by side share their Q / dO
     rows and dq adds in L2 (what a random mask's extra DRAM bytes cost the walk,
     bench/results/bwd-s138-shared-rows.txt)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    scores = torch.rand(b, h, tm, 1, generator=gen)
-    kth = max(1, round(keep * tm))
-    thresh = scores.topk(kth, dim=-2).values[..., -1:, :]
-    return (scores >= thresh).expand(b, h, tm, tn).contiguous().to(device)
+    rows = random_tile_mask(b, h, 1, tm, keep, "cpu", seed)  # (B, H, 1, Tm): a head's row tiles
+    return rows.transpose(-1, -2).expand(b, h, tm, tn).contiguous().to(device)
 
 
 # The tile masks a --keeps item names: "K" (the bench's random keep), "even:K", "rows:K".
