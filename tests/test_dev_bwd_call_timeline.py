@@ -90,7 +90,7 @@ def test_shared_rows_keep_whole_row_tiles_the_same_in_every_column(keep):
 def test_keeps_name_their_draw_and_bad_ones_stop_with_the_value():
     script = load_script("dev/cuda/bwd_call_timeline.py")
     assert script.keep_kind("dense") == "dense"
-    assert script.keep_kind("negl:0.2") == "negl:0.2"
+    assert script.keep_kind("negl:0.2") == ("negl", 0.2)
     assert script.keep_kind("0.25") == (script.random_tile_mask, 0.25)
     assert script.keep_kind("rows:0.5") == (script.shared_rows_mask, 0.5)
     assert script.keep_kind("even:0.03") == (script.even_tile_mask, 0.03)

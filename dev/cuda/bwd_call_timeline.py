@@ -163,7 +163,7 @@ MASK_DRAWS = {"": random_tile_mask, "even": even_tile_mask, "rows": shared_rows_
 
 
 def keep_kind(keep: str):
-    """The --keeps item `keep` checked: "dense", "negl:P", or (mask draw, keep fraction)."""
+    """The --keeps item `keep` checked: "dense", ("negl", P), or (mask draw, keep fraction)."""
     if keep == "dense":
         return keep
     kind, _, frac = keep.rpartition(":")
@@ -174,7 +174,7 @@ def keep_kind(keep: str):
         value = float(frac)
     except ValueError:
         raise SystemExit(f"--keeps: {keep!r} has no number after its kind") from None
-    return keep if kind == "negl" else (MASK_DRAWS[kind], value)
+    return (kind, value) if kind == "negl" else (MASK_DRAWS[kind], value)
 
 
 def main(argv=None) -> None:
@@ -203,18 +203,18 @@ def main(argv=None) -> None:
     print(f"shape {(b, s, h, d)} kv heads {hk} causal={args.causal} {torch.cuda.get_device_name()}")
     video = None
     for keep, kind in keeps:
-        if keep.startswith("negl:"):
+        if kind == "dense":
+            fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
+        elif kind[0] == "negl":
             if video is None:  # GQA / MQA: K / V cut to their first hk heads, as the bench does
                 qs, ks, vs = grouped(*video_qkv(b, s, h, d, torch.bfloat16, dev), hk)
                 outs, lses, ws = blf.forward(qs, ks, vs, causal=args.causal, with_stats=True)
                 video = (qs, ks, vs, outs, lses, ws)
-            negl = float(keep[len("negl:"):])
+            negl = kind[1]
             kept = 1.0 - blf.backward_sparsity(blf.select(video[5], negl), s, s, args.causal)
             print(f"   ({keep} keeps {kept:.3f} of the computable tiles)")
             fn = lambda negl=negl, x=video: blf.backward(dout, *x[:5], tile_mass=x[5],
                                                          negl_prob=negl, causal=args.causal)
-        elif keep == "dense":
-            fn = lambda: blf.backward(dout, q, k, v, out, lse, causal=args.causal)
         else:
             draw, frac = kind
             mask = draw(b, h, tm, tn, frac, dev) & computable
